@@ -1,0 +1,177 @@
+"""Datasets as P blocks whose decoded arrays stay in the Python worker processes.
+
+Why not ``RDD.cache()``: a cached PySpark RDD is stored pickled in the JVM and every task re-reads
+and unpickles its partition into the Python worker (~400 ms per task here, see
+``shared/reference/spark-notes.md``). PySpark reuses its Python workers between tasks, so a block
+decoded once into a module-level cache of the worker process is found again by the next task on
+the same worker at the cost of a dictionary lookup.
+
+A :class:`BlockSource` is a small picklable description of where block ``p`` comes from (a file
+and a row range, a seed, a memory-mapped ``.npy``). It is what travels in the task closure; the
+decoded :class:`Block` never does. Any worker can rebuild any block from its source, so a lost
+executor loses nothing but a cache entry.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from abc import ABC, abstractmethod
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+import scipy.sparse as sp
+
+__all__ = [
+    "Block",
+    "BlockSource",
+    "DatasetDescriptor",
+    "block_nbytes",
+    "get_block",
+    "cache_info",
+    "clear_cache",
+    "set_cache_limit",
+]
+
+
+class Block(NamedTuple):
+    """One partition of a dataset, decoded.
+
+    Attributes
+    ----------
+    X : ndarray (rows, d) float64 or scipy.sparse.csr_matrix
+    y : ndarray (rows,) float64 labels (class index as float for multinomial)
+    row_offset : int
+        Global index of the block's first row; a block holds rows
+        ``row_offset .. row_offset + rows - 1`` of the dataset (used by SAGA's per-sample table).
+    """
+
+    X: Any
+    y: np.ndarray
+    row_offset: int
+
+    @property
+    def rows(self) -> int:
+        return int(self.y.shape[0])
+
+
+@dataclass(frozen=True)
+class DatasetDescriptor:
+    """What the driver knows of a dataset without holding its rows."""
+
+    dataset_id: str
+    n: int
+    d: int
+    rows_per_block: tuple[int, ...]
+    sparse: bool
+    nnz: int | None = None
+    num_classes: int | None = None
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.rows_per_block)
+
+    @property
+    def row_offsets(self) -> tuple[int, ...]:
+        offsets = np.concatenate([[0], np.cumsum(self.rows_per_block)[:-1]])
+        return tuple(int(o) for o in offsets)
+
+
+class BlockSource(ABC):
+    """Picklable recipe for the blocks of one dataset.
+
+    Subclasses hold plain values only (paths, seeds, sizes) so that they pickle small into a task
+    closure, and implement :meth:`load`, which runs inside a Python worker.
+    """
+
+    @property
+    @abstractmethod
+    def dataset_id(self) -> str:
+        """A key that identifies the decoded content (changes when the content would)."""
+
+    @property
+    @abstractmethod
+    def num_blocks(self) -> int:
+        """P, the number of blocks."""
+
+    @abstractmethod
+    def load(self, index: int) -> Block:
+        """Decode block ``index`` from the source (runs on a worker; deterministic)."""
+
+
+def block_nbytes(block: Block) -> int:
+    """Bytes held by a decoded block (the data, indices and labels)."""
+    X = block.X
+    if sp.issparse(X):
+        size = X.data.nbytes + X.indices.nbytes + X.indptr.nbytes
+    else:
+        size = np.asarray(X).nbytes
+    return int(size + block.y.nbytes)
+
+
+# --- per-process cache -------------------------------------------------------------------------
+# One cache per Python worker process. Bounded in bytes (least recently used block evicted first);
+# the bound comes from ASYNC_SPARK_BLOCK_CACHE_MB (set it with spark.executorEnv.* on a cluster).
+
+_DEFAULT_LIMIT_MB = 4096
+_lock = threading.Lock()
+_cache: OrderedDict[tuple[str, int], tuple[Block, int]] = OrderedDict()
+_stats = {"hits": 0, "misses": 0, "evictions": 0, "bytes": 0}
+_limit_bytes = int(float(os.environ.get("ASYNC_SPARK_BLOCK_CACHE_MB", _DEFAULT_LIMIT_MB)) * 2**20)
+
+
+def set_cache_limit(megabytes: float) -> None:
+    """Set this process's cache bound in MiB (evicts at once if over)."""
+    global _limit_bytes
+    if not megabytes > 0:
+        raise ValueError(f"cache limit must be > 0 MiB, got {megabytes!r}")
+    with _lock:
+        _limit_bytes = int(megabytes * 2**20)
+        _evict_locked()
+
+
+def _evict_locked() -> None:
+    # Keep the most recent block even when it alone exceeds the bound: a task needs it now.
+    while _stats["bytes"] > _limit_bytes and len(_cache) > 1:
+        _, (_, size) = _cache.popitem(last=False)
+        _stats["bytes"] -= size
+        _stats["evictions"] += 1
+
+
+def get_block(source: BlockSource, index: int) -> Block:
+    """Block ``index`` of ``source`` from this process's cache, loading it on a miss."""
+    if not 0 <= index < source.num_blocks:
+        raise IndexError(f"block index {index} outside [0, {source.num_blocks})")
+    key = (source.dataset_id, int(index))
+    with _lock:
+        hit = _cache.get(key)
+        if hit is not None:
+            _cache.move_to_end(key)
+            _stats["hits"] += 1
+            return hit[0]
+        _stats["misses"] += 1
+    # Load outside the lock: loading can take seconds and other threads may want other blocks.
+    block = source.load(index)
+    size = block_nbytes(block)
+    with _lock:
+        if key not in _cache:
+            _cache[key] = (block, size)
+            _stats["bytes"] += size
+            _evict_locked()
+    return block
+
+
+def cache_info() -> dict[str, int]:
+    """Counters of this process's cache: hits, misses, evictions, bytes, blocks, limit."""
+    with _lock:
+        return dict(_stats, blocks=len(_cache), limit=_limit_bytes, pid=os.getpid())
+
+
+def clear_cache() -> None:
+    """Drop every cached block of this process (and reset the counters)."""
+    with _lock:
+        _cache.clear()
+        for k in _stats:
+            _stats[k] = 0

@@ -1,0 +1,1 @@
+"""async_spark.engine."""
