@@ -1,0 +1,326 @@
+"""The pure heart of the engine: version clock, per-block bookkeeping, policy decisions, retries.
+
+:class:`SchedulerCore` knows nothing of Spark, threads or models: it is driven by three calls —
+:meth:`~SchedulerCore.next_dispatches` (which blocks get a task now), :meth:`~SchedulerCore.complete`
+(a task came back: accept, reject, count a failure or a cancellation) and
+:meth:`~SchedulerCore.advance` (a new model version was published) — with an injectable clock. The
+Spark engine and a virtual-time emulator both drive the same object, so the policies and the
+accounting are written once and unit-tested without Spark.
+
+Accounting invariant, true after every call::
+
+    dispatched == accepted + rejected + cancelled + failed + in_flight
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+
+import numpy as np
+
+from .policies import Policy, PolicyError
+
+__all__ = ["BlockStatus", "Decision", "SchedulerCore", "TaskTicket", "TaskStatus"]
+
+
+class BlockStatus(str, Enum):
+    IDLE = "idle"
+    RUNNING = "running"
+    FAILED = "failed"  # failed, waiting for its retry
+    DEAD = "dead"  # failed more than max_retries times in a row: given up
+
+
+class TaskStatus(str, Enum):
+    OK = "ok"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True)
+class TaskTicket:
+    """One dispatched task: which block, which model version it reads, its ids."""
+
+    block: int
+    version: int
+    task_id: int  # unique within the run
+    block_task: int  # index of this task among the block's tasks (0, 1, ...)
+    retry: bool  # a re-dispatch after a failure
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the core decided about a finished task."""
+
+    ticket: TaskTicket
+    status: TaskStatus
+    staleness: int
+    accepted: bool
+
+
+_TAIL_WINDOW = 64  # durations kept per block for the tail estimate
+
+
+class _Block:
+    __slots__ = (
+        "status",
+        "ticket",
+        "cancel_requested",
+        "clock",
+        "tasks",
+        "failures_in_row",
+        "retry_at",
+        "durations",
+        "executor",
+        "last_staleness",
+    )
+
+    def __init__(self) -> None:
+        self.status = BlockStatus.IDLE
+        self.ticket: TaskTicket | None = None
+        self.cancel_requested = False
+        self.clock = 0  # finished tasks (SSP clock)
+        self.tasks = 0  # dispatched tasks
+        self.failures_in_row = 0
+        self.retry_at = 0.0
+        self.durations: deque[float] = deque(maxlen=_TAIL_WINDOW)
+        self.executor: str | None = None
+        self.last_staleness: int | None = None
+
+
+class SchedulerCore:
+    """Version clock, block states and policy decisions of an asynchronous run.
+
+    Parameters
+    ----------
+    num_blocks : int
+        P, the number of blocks (>= 1).
+    policy : Policy
+    max_in_flight : int, optional
+        Cap on tasks in flight (default P: one per block).
+    max_retries : int
+        Consecutive failures of a block tolerated before it is given up (>= 0).
+    backoff : float
+        Seconds before the first retry of a failed block; doubles per failure, capped at
+        ``backoff_max``.
+    clock : callable
+        Monotonic seconds; injectable for tests and virtual time.
+    """
+
+    def __init__(
+        self,
+        num_blocks: int,
+        policy: Policy,
+        *,
+        max_in_flight: int | None = None,
+        max_retries: int = 3,
+        backoff: float = 0.5,
+        backoff_max: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        policy.validate(num_blocks, max_in_flight)
+        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+            raise PolicyError(f"max_retries must be an integer >= 0, got {max_retries!r}")
+        if not backoff >= 0 or not backoff_max >= backoff:
+            raise PolicyError(
+                f"backoff must be >= 0 and backoff_max >= backoff, got {backoff!r}, {backoff_max!r}"
+            )
+        self.num_blocks = num_blocks
+        self.policy = policy
+        self.max_in_flight = num_blocks if max_in_flight is None else max_in_flight
+        self.max_retries = max_retries
+        self.backoff = float(backoff)
+        self.backoff_max = float(backoff_max)
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._blocks = [_Block() for _ in range(num_blocks)]
+        self._by_task: dict[int, int] = {}  # task id -> block, for tasks in flight
+        self.version = 0
+        self._next_task_id = 0
+        self.counts = Counter(
+            {"dispatched": 0, "accepted": 0, "rejected": 0, "cancelled": 0, "failed": 0}
+        )
+        self.staleness_histogram: Counter[int] = Counter()  # accepted results
+        self.rejected_staleness: Counter[int] = Counter()
+
+    # --- queries ------------------------------------------------------------------------------
+    @property
+    def in_flight(self) -> int:
+        return len(self._by_task)
+
+    @property
+    def live_blocks(self) -> int:
+        return sum(b.status is not BlockStatus.DEAD for b in self._blocks)
+
+    def status(self, block: int) -> BlockStatus:
+        return self._blocks[block].status
+
+    def running_tickets(self) -> list[TaskTicket]:
+        with self._lock:
+            return [b.ticket for b in self._blocks if b.ticket is not None]
+
+    def next_retry_due(self) -> float | None:
+        """Clock time of the earliest pending retry, or None."""
+        with self._lock:
+            due = [b.retry_at for b in self._blocks if b.status is BlockStatus.FAILED]
+            return min(due) if due else None
+
+    # --- the three driving calls ----------------------------------------------------------------
+    def next_dispatches(self) -> list[TaskTicket]:
+        """Blocks that get a task now, marked running; the caller must submit every ticket."""
+        with self._lock:
+            now = self._clock()
+            idle = [i for i, b in enumerate(self._blocks) if b.status is BlockStatus.IDLE]
+            retry_due = [
+                i
+                for i, b in enumerate(self._blocks)
+                if b.status is BlockStatus.FAILED and b.retry_at <= now
+            ]
+            live_mask = [b.status is not BlockStatus.DEAD for b in self._blocks]
+            clocks = [b.clock for b in self._blocks]
+            # Retries bypass the barrier: a synchronous round waits for the failed block's result,
+            # so holding its retry until the whole round is idle would never finish the round.
+            retries = retry_due[: max(0, self.max_in_flight - self.in_flight)]
+            chosen = self.policy.select(
+                idle,
+                live_blocks=sum(live_mask),
+                running=self.in_flight + len(retries),
+                clocks=clocks,
+                live_mask=live_mask,
+                max_in_flight=self.max_in_flight,
+            )
+            # Least-recently-run first, so no block starves when slots are scarce.
+            tickets = [self._dispatch(i, retry=True) for i in retries]
+            tickets += [self._dispatch(i, retry=False) for i in chosen]
+            return tickets
+
+    def _dispatch(self, block: int, retry: bool) -> TaskTicket:
+        b = self._blocks[block]
+        ticket = TaskTicket(
+            block=block,
+            version=self.version,
+            task_id=self._next_task_id,
+            block_task=b.tasks,
+            retry=retry,
+        )
+        self._next_task_id += 1
+        b.tasks += 1
+        b.status = BlockStatus.RUNNING
+        b.ticket = ticket
+        b.cancel_requested = False
+        self._by_task[ticket.task_id] = block
+        self.counts["dispatched"] += 1
+        return ticket
+
+    def advance(self) -> list[TaskTicket]:
+        """Publish a new version; return the running tasks that just became obsolete (to cancel)."""
+        with self._lock:
+            self.version += 1
+            obsolete = []
+            for b in self._blocks:
+                t = b.ticket
+                if t is not None and not b.cancel_requested:
+                    if self.policy.obsolete(self.version - t.version):
+                        b.cancel_requested = True
+                        obsolete.append(t)
+            return obsolete
+
+    def request_cancel_all(self) -> list[TaskTicket]:
+        """Mark every running task for cancellation (shutdown)."""
+        with self._lock:
+            out = []
+            for b in self._blocks:
+                if b.ticket is not None and not b.cancel_requested:
+                    b.cancel_requested = True
+                    out.append(b.ticket)
+            return out
+
+    def complete(
+        self,
+        task_id: int,
+        status: TaskStatus,
+        duration: float | None = None,
+        executor: str | None = None,
+    ) -> Decision:
+        """Account for a finished task and decide whether its result is applied."""
+        with self._lock:
+            block = self._by_task.pop(task_id, None)
+            if block is None:
+                raise KeyError(f"task {task_id} is not in flight")
+            b = self._blocks[block]
+            ticket = b.ticket
+            assert ticket is not None and ticket.task_id == task_id
+            b.ticket = None
+            staleness = self.version - ticket.version
+            if executor is not None:
+                b.executor = executor
+            accepted = False
+            if status is TaskStatus.OK:
+                b.failures_in_row = 0
+                b.clock += 1
+                b.status = BlockStatus.IDLE
+                if duration is not None:
+                    b.durations.append(float(duration))
+                b.last_staleness = staleness
+                accepted = self.policy.accepts(staleness)
+                if accepted:
+                    self.counts["accepted"] += 1
+                    self.staleness_histogram[staleness] += 1
+                else:
+                    self.counts["rejected"] += 1
+                    self.rejected_staleness[staleness] += 1
+            elif status is TaskStatus.CANCELLED:
+                self.counts["cancelled"] += 1
+                b.status = BlockStatus.IDLE
+            else:
+                self.counts["failed"] += 1
+                b.failures_in_row += 1
+                if b.failures_in_row > self.max_retries:
+                    b.status = BlockStatus.DEAD
+                else:
+                    delay = min(self.backoff * 2 ** (b.failures_in_row - 1), self.backoff_max)
+                    b.status = BlockStatus.FAILED
+                    b.retry_at = self._clock() + delay
+            return Decision(ticket=ticket, status=status, staleness=staleness, accepted=accepted)
+
+    # --- bookkeeping view -----------------------------------------------------------------------
+    def snapshot(self) -> dict:
+        """Plain-data view of the bookkeeping, safe to read while the run goes on."""
+        with self._lock:
+            blocks = []
+            for i, b in enumerate(self._blocks):
+                d = np.fromiter(b.durations, dtype=float) if b.durations else None
+                blocks.append(
+                    {
+                        "block": i,
+                        "status": b.status.value,
+                        "tasks": b.tasks,
+                        "finished": b.clock,
+                        "last_staleness": b.last_staleness,
+                        "mean_task_seconds": None if d is None else float(d.mean()),
+                        "p95_task_seconds": None if d is None else float(np.quantile(d, 0.95)),
+                        "executor": b.executor,
+                        "failures_in_row": b.failures_in_row,
+                    }
+                )
+            counts = dict(self.counts)
+            counts["in_flight"] = self.in_flight
+            return {
+                "version": self.version,
+                "policy": str(self.policy),
+                "counts": counts,
+                "staleness_histogram": dict(sorted(self.staleness_histogram.items())),
+                "rejected_staleness": dict(sorted(self.rejected_staleness.items())),
+                "live_blocks": self.live_blocks,
+                "blocks": blocks,
+            }
+
+    def accounting_closes(self) -> bool:
+        c = self.counts
+        return c["dispatched"] == (
+            c["accepted"] + c["rejected"] + c["cancelled"] + c["failed"] + self.in_flight
+        )

@@ -1,0 +1,390 @@
+"""The driver loop of ASYNC: dispatch, result stream, staleness, policies, history, stragglers.
+
+Usage (the solver owns the model and the update rule; the engine owns everything distributed)::
+
+    with AsyncEngine(transport, task_fn, num_blocks=P, policy=Policy.asynchronous(tau=8),
+                     initial_model=w0) as engine:
+        for result in engine.results():          # accepted results, as they complete
+            w = update(w, result.payload, result.staleness)
+            engine.publish(w)                     # new version; obsolete tasks are cancelled
+            if done:
+                break
+
+``task_fn(block, model, args)`` runs on a worker and returns a payload; ``task_args(ticket)`` runs
+on the driver at dispatch and returns the small per-task arguments (e.g. SAGA's old scalars).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import queue
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from .core import Decision, SchedulerCore, TaskStatus, TaskTicket
+from .history import HistoryStore
+from .policies import Policy
+from .stragglers import NO_DELAY, StragglerModel
+from .task import TaskFunction, run_task
+from .transport import Outcome, Transport
+
+__all__ = ["AsyncEngine", "EngineError", "TaskResult"]
+
+log = logging.getLogger(__name__)
+
+
+class EngineError(RuntimeError):
+    """The run cannot go on (every block given up, or a transport failure)."""
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """An accepted result, as the update rule sees it."""
+
+    block: int
+    version: int  # the model version the task read
+    staleness: int  # versions published between dispatch and acceptance
+    payload: Any
+    task_id: int
+    block_task: int
+    executor: str
+    compute_seconds: float
+    sleep_seconds: float
+    seconds: float  # dispatch to result, seen by the driver
+
+
+class AsyncEngine:
+    """Runs a task function over P blocks under a policy and streams accepted results.
+
+    Parameters
+    ----------
+    transport : Transport
+        Where tasks run (:class:`~async_spark.engine.spark.SparkTransport`, or
+        :class:`~async_spark.engine.transport.LocalTransport` in-process).
+    task_fn : callable
+        ``task_fn(block, model, args) -> payload``, executed on a worker. Must capture plain values.
+    num_blocks : int
+    policy : Policy
+    initial_model : any
+        Version 0.
+    task_args : callable, optional
+        ``task_args(ticket) -> args`` evaluated on the driver at dispatch.
+    stragglers : StragglerModel, optional
+    warmup_tasks : int, optional
+        Undelayed results used to measure the mean task time (default 2 P).
+    max_in_flight, max_retries, backoff : see :class:`SchedulerCore`
+    run_name : str
+        Names the run's Spark jobs (UI descriptions and tags).
+    progress : bool or TextIO
+        A driver-side progress line about once a second (to stderr when True).
+    keep_trajectory : bool
+        Record (seconds, version, staleness, block, accepted) per finished task.
+    """
+
+    def __init__(
+        self,
+        transport: Transport,
+        task_fn: TaskFunction,
+        *,
+        num_blocks: int,
+        policy: Policy,
+        initial_model: Any,
+        task_args: Callable[[TaskTicket], Any] | None = None,
+        stragglers: StragglerModel | None = None,
+        warmup_tasks: int | None = None,
+        max_in_flight: int | None = None,
+        max_retries: int = 3,
+        backoff: float = 0.5,
+        run_name: str = "async-spark",
+        progress: bool | TextIO = False,
+        keep_trajectory: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.core = SchedulerCore(
+            num_blocks,
+            policy,
+            max_in_flight=max_in_flight,
+            max_retries=max_retries,
+            backoff=backoff,
+            clock=clock,
+        )
+        if warmup_tasks is not None and (not isinstance(warmup_tasks, int) or warmup_tasks < 1):
+            raise ValueError(f"warmup_tasks must be an integer >= 1, got {warmup_tasks!r}")
+        self.transport = transport
+        self.task_fn = task_fn
+        self.task_args = task_args
+        self.stragglers = stragglers or StragglerModel("none")
+        self.warmup_tasks = 2 * num_blocks if warmup_tasks is None else warmup_tasks
+        self.run_name = run_name
+        self.history = HistoryStore(transport.publisher)
+        self.history.publish(0, initial_model)
+        self._clock = clock
+        self._started = False
+        self._closed = False
+        self._stop = threading.Event()
+        self._warmup_compute: list[float] = []
+        self.mean_task_seconds: float | None = None
+        self.slow_executor: str | None = None
+        self.last_error: str | None = None
+        self.keep_trajectory = keep_trajectory
+        self.trajectory: list[tuple[float, int, int, int, bool, str]] = []
+        self._progress_out: TextIO | None = (
+            sys.stderr if progress is True else (progress if progress else None)
+        )
+        self._last_progress = 0.0
+        self._t0 = clock()
+
+    # --- lifecycle ----------------------------------------------------------------------------
+    def __enter__(self) -> AsyncEngine:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        if self._started:
+            return
+        self.transport.start(self.core.num_blocks, self.core.max_in_flight, self.run_name)
+        self._started = True
+        self._t0 = self._clock()
+
+    def stop(self) -> None:
+        """Ask :meth:`results` to return after the current result (thread-safe)."""
+        self._stop.set()
+
+    def close(self, timeout: float = 60.0) -> None:
+        """Cancel everything in flight, account for it, release every broadcast and thread."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        try:
+            if self._started:
+                for ticket in self.core.request_cancel_all():
+                    self.transport.cancel(ticket)
+                self.transport.close(timeout)
+                deadline = self._clock() + timeout
+                while self.core.in_flight and self._clock() < deadline:
+                    try:
+                        outcome = self.transport.outcomes.get(timeout=0.5)
+                    except queue.Empty:
+                        continue
+                    self._account(outcome)
+        finally:
+            self.history.close()
+
+    # --- versions -----------------------------------------------------------------------------
+    @property
+    def version(self) -> int:
+        return self.core.version
+
+    @property
+    def policy(self) -> Policy:
+        return self.core.policy
+
+    @property
+    def live_blocks(self) -> int:
+        return self.core.live_blocks
+
+    def publish(self, model: Any) -> int:
+        """Make ``model`` the next version; cancel tasks that can no longer be accepted."""
+        obsolete = self.core.advance()
+        self.history.publish(self.core.version, model)
+        for ticket in obsolete:
+            self.transport.cancel(ticket)
+        return self.core.version
+
+    def pin(self, version: int) -> None:
+        """Keep an old version readable (its broadcast alive) until :meth:`unpin`."""
+        self.history.pin(version)
+
+    def unpin(self, version: int) -> None:
+        self.history.unpin(version)
+
+    # --- the result stream ----------------------------------------------------------------------
+    def results(self, idle_timeout: float = 600.0) -> Iterator[TaskResult]:
+        """Accepted results as they complete; dispatches new work as the policy allows.
+
+        Returns when :meth:`stop` is called. Raises :class:`EngineError` when every block has been
+        given up, or when no result arrives for ``idle_timeout`` seconds with tasks in flight.
+        """
+        if not self._started:
+            self.start()
+        waited = 0.0
+        while not self._stop.is_set():
+            self._dispatch()
+            if self.core.in_flight == 0:
+                if self.core.live_blocks == 0:
+                    raise EngineError(
+                        f"every block failed more than {self.core.max_retries} times in a row; "
+                        f"last error:\n{self.last_error}"
+                    )
+                due = self.core.next_retry_due()
+                if due is None:
+                    raise EngineError(
+                        f"policy {self.policy} dispatches nothing and no task is in flight"
+                    )
+                time.sleep(max(0.0, min(1.0, due - self._clock())))
+                continue
+            try:
+                outcome = self.transport.outcomes.get(timeout=self._poll_interval())
+            except queue.Empty:
+                waited += self._poll_interval()
+                self._maybe_progress()
+                if waited > idle_timeout:
+                    raise EngineError(
+                        f"no task finished in {idle_timeout:.0f}s with {self.core.in_flight} in flight"
+                    ) from None
+                continue
+            waited = 0.0
+            decision = self._account(outcome)
+            self._maybe_progress()
+            if decision.accepted and outcome.report is not None:
+                report = outcome.report
+                yield TaskResult(
+                    block=decision.ticket.block,
+                    version=decision.ticket.version,
+                    staleness=decision.staleness,
+                    payload=report.payload,
+                    task_id=decision.ticket.task_id,
+                    block_task=decision.ticket.block_task,
+                    executor=report.executor,
+                    compute_seconds=report.compute_seconds,
+                    sleep_seconds=report.sleep_seconds,
+                    seconds=outcome.seconds,
+                )
+
+    def _poll_interval(self) -> float:
+        due = self.core.next_retry_due()
+        if due is not None:
+            return max(0.01, min(0.5, due - self._clock()))
+        return 0.5
+
+    def _dispatch(self) -> None:
+        for ticket in self.core.next_dispatches():
+            try:
+                handle = self.history.acquire(ticket.version)
+                args = self.task_args(ticket) if self.task_args is not None else None
+                delay = self._delay_for(ticket)
+                call = functools.partial(
+                    run_task, self.task_fn, handle, ticket.block, ticket.task_id, args, delay
+                )
+                self.transport.submit(ticket, call)
+            except BaseException as exc:
+                # The ticket is in flight in the core: close its accounting before propagating.
+                self.history.release(ticket.version)
+                self.core.complete(ticket.task_id, TaskStatus.FAILED)
+                raise EngineError(f"could not dispatch block {ticket.block}: {exc}") from exc
+
+    def _delay_for(self, ticket: TaskTicket):  # type: ignore[no-untyped-def]
+        if not self.stragglers.active:
+            return NO_DELAY
+        return self.stragglers.delay(
+            ticket.block,
+            ticket.block_task,
+            self.core.num_blocks,
+            self.mean_task_seconds,
+            self.slow_executor,
+        )
+
+    def _account(self, outcome: Outcome) -> Decision:
+        ticket = outcome.ticket
+        self.history.release(ticket.version)
+        report = outcome.report
+        decision = self.core.complete(
+            ticket.task_id,
+            outcome.status,
+            duration=outcome.seconds,
+            executor=None if report is None else report.executor,
+        )
+        if outcome.status is TaskStatus.FAILED:
+            self.last_error = outcome.error
+            log.warning(
+                "task %d (block %d) failed: %s", ticket.task_id, ticket.block, outcome.error
+            )
+            if self.core.status(ticket.block).value == "dead":
+                log.warning(
+                    "block %d given up after %d failures in a row",
+                    ticket.block,
+                    self.core.max_retries + 1,
+                )
+        if report is not None and self.mean_task_seconds is None:
+            if self.slow_executor is None:
+                self.slow_executor = report.executor
+            if report.sleep_seconds == 0:
+                self._warmup_compute.append(report.compute_seconds)
+            if len(self._warmup_compute) >= self.warmup_tasks:
+                self.mean_task_seconds = sum(self._warmup_compute) / len(self._warmup_compute)
+        if self.keep_trajectory and outcome.status is TaskStatus.OK:
+            self.trajectory.append(
+                (
+                    self._clock() - self._t0,
+                    self.core.version,
+                    decision.staleness,
+                    ticket.block,
+                    decision.accepted,
+                    "" if report is None else report.executor,
+                )
+            )
+        return decision
+
+    # --- observability ------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """Bookkeeping, readable at any time from any thread."""
+        snap = self.core.snapshot()
+        snap["seconds"] = self._clock() - self._t0
+        snap["mean_task_seconds"] = self.mean_task_seconds
+        snap["live_broadcasts"] = self.history.live_handles
+        snap["stragglers"] = str(self.stragglers)
+        return snap
+
+    def _maybe_progress(self) -> None:
+        out = self._progress_out
+        if out is None:
+            return
+        now = self._clock()
+        if now - self._last_progress < 1.0:
+            return
+        elapsed = max(now - self._t0, 1e-9)
+        self._last_progress = now
+        c = self.core.counts
+        hist = self.core.staleness_histogram
+        total = sum(hist.values())
+        mean_stale = sum(k * v for k, v in hist.items()) / total if total else 0.0
+        slow = sum(1 for b in self.core.snapshot()["blocks"] if b["status"] in ("failed", "dead"))
+        end = "\r" if getattr(out, "isatty", lambda: False)() else "\n"
+        out.write(
+            f"[{self.run_name}] v={self.core.version} {c['accepted'] / elapsed:.1f} upd/s "
+            f"staleness mean={mean_stale:.2f} max={max(hist) if hist else 0} "
+            f"rejected={c['rejected']} cancelled={c['cancelled']} failed={c['failed']} "
+            f"in-flight={self.core.in_flight} unhealthy-blocks={slow}{end}"
+        )
+        out.flush()
+
+    def write_trajectory(self, path: str | os.PathLike[str]) -> None:
+        """Write the per-task trajectory as JSON lines (atomically)."""
+        tmp = f"{path}.tmp-{os.getpid()}"
+        with open(tmp, "w") as fh:
+            for seconds, version, staleness, block, accepted, executor in self.trajectory:
+                fh.write(
+                    json.dumps(
+                        {
+                            "seconds": round(seconds, 6),
+                            "version": version,
+                            "staleness": staleness,
+                            "block": block,
+                            "accepted": accepted,
+                            "executor": executor,
+                        }
+                    )
+                    + "\n"
+                )
+        os.replace(tmp, path)

@@ -1,0 +1,73 @@
+"""What runs inside the executor for one task: read the model, call the task function, time it.
+
+Everything here is sent to executors, so it captures plain values only: the task function, a model
+handle (``.value`` is the model), the block index and the delay the driver chose for this task.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
+
+from .stragglers import Delay
+
+__all__ = ["TaskReport", "executor_identity", "run_task"]
+
+TaskFunction = Callable[[int, Any, Any], Any]
+"""``task_fn(block, model, args) -> payload``; runs on an executor."""
+
+
+class TaskReport(NamedTuple):
+    """What a task returns to the driver (besides its payload)."""
+
+    task_id: int
+    payload: Any
+    compute_seconds: float  # model read + task function
+    sleep_seconds: float  # straggler delay applied
+    executor: str
+    worker_pid: int
+
+
+_identity: str | None = None
+
+
+def executor_identity() -> str:
+    """``host:pid`` of the JVM that runs this Python worker (one per executor; the driver's in local
+    mode). PySpark tells a Python worker neither its executor id nor its JVM, so walk up the
+    process tree: worker -> pyspark daemon -> JVM."""
+    global _identity
+    if _identity is None:
+        pid = os.getppid()
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                # field 4 is the parent pid; the command name in field 2 may contain spaces
+                pid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            pass
+        _identity = f"{socket.gethostname()}:{pid}"
+    return _identity
+
+
+def run_task(
+    task_fn: TaskFunction,
+    model_ref: Any,
+    block: int,
+    task_id: int,
+    args: Any,
+    delay: Delay,
+    rows: Iterable[Any] = (),
+) -> list[TaskReport]:
+    """Body of one single-partition job. ``rows`` (the partition's content) is not read: the block
+    comes from the worker's cache through the task function."""
+    start = time.perf_counter()
+    model = model_ref.value if model_ref is not None else None
+    payload = task_fn(block, model, args)
+    compute = time.perf_counter() - start
+    executor = executor_identity()
+    extra = delay.extra_seconds(executor, compute)
+    if extra > 0:
+        time.sleep(extra)
+    return [TaskReport(task_id, payload, compute, extra, executor, os.getpid())]

@@ -1,0 +1,142 @@
+"""SchedulerCore: staleness, accounting, retries, SSP and barrier guarantees (no Spark)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from async_spark.engine import BlockStatus, Policy, SchedulerCore, TaskStatus
+
+
+class FakeClock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def test_staleness_counts_versions_published_since_dispatch():
+    core = SchedulerCore(4, Policy.sync())
+    tickets = core.next_dispatches()
+    assert [t.block for t in tickets] == [0, 1, 2, 3]
+    assert {t.version for t in tickets} == {0}
+    # Apply each result as it arrives: the i-th result has staleness i.
+    for i, t in enumerate(reversed(tickets)):
+        d = core.complete(t.task_id, TaskStatus.OK)
+        assert d.accepted and d.staleness == i
+        core.advance()
+    assert core.staleness_histogram == {0: 1, 1: 1, 2: 1, 3: 1}
+    assert core.accounting_closes()
+
+
+def test_sync_round_never_mixes_versions():
+    core = SchedulerCore(3, Policy.sync())
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        round_ = core.next_dispatches()
+        assert len(round_) == 3 and len({t.version for t in round_}) == 1
+        assert core.next_dispatches() == []  # nothing until the whole round is back
+        for i in rng.permutation(3):
+            core.complete(round_[i].task_id, TaskStatus.OK)
+            if core.in_flight:
+                assert core.next_dispatches() == []
+        core.advance()
+    assert core.counts["accepted"] == 60
+
+
+def test_staleness_bound_rejects_and_marks_obsolete_tasks():
+    core = SchedulerCore(2, Policy.asynchronous(tau=1))
+    a, b = core.next_dispatches()
+    core.complete(a.task_id, TaskStatus.OK)
+    assert core.advance() == []  # b has staleness 1 so far: still acceptable
+    a2 = core.next_dispatches()[0]
+    obsolete = core.advance()  # b now at staleness 2 > tau
+    assert obsolete == [b]
+    assert core.advance() == [a2]  # b is not reported twice; a2 (version 1) is now 2 behind
+    d = core.complete(b.task_id, TaskStatus.OK)  # won the race against cancellation
+    assert not d.accepted and d.staleness == 3
+    d2 = core.complete(a2.task_id, TaskStatus.CANCELLED)
+    assert not d2.accepted
+    assert core.counts["rejected"] == 1 and core.counts["cancelled"] == 1
+    assert core.accounting_closes()
+
+
+def test_failed_block_backs_off_then_is_given_up():
+    clock = FakeClock()
+    core = SchedulerCore(2, Policy.asynchronous(), max_retries=2, backoff=1.0, clock=clock)
+    t0, t1 = core.next_dispatches()
+    core.complete(t0.task_id, TaskStatus.FAILED)
+    assert core.status(0) is BlockStatus.FAILED
+    assert core.next_dispatches() == []  # backoff 1 s not elapsed
+    clock.t = 1.0
+    (r1,) = core.next_dispatches()
+    assert r1.block == 0 and r1.retry
+    core.complete(r1.task_id, TaskStatus.FAILED)
+    assert core.next_retry_due() == pytest.approx(3.0)  # doubled: 2 s
+    clock.t = 3.0
+    (r2,) = core.next_dispatches()
+    core.complete(r2.task_id, TaskStatus.FAILED)  # third failure in a row > max_retries=2
+    assert core.status(0) is BlockStatus.DEAD
+    assert core.live_blocks == 1
+    core.complete(t1.task_id, TaskStatus.OK)
+    assert [t.block for t in core.next_dispatches()] == [1]
+    assert core.counts["failed"] == 3 and core.accounting_closes()
+
+
+def test_success_resets_the_failure_streak():
+    clock = FakeClock()
+    core = SchedulerCore(1, Policy.asynchronous(), max_retries=1, backoff=0.0, clock=clock)
+    for _ in range(5):
+        (t,) = core.next_dispatches()
+        core.complete(t.task_id, TaskStatus.FAILED)
+        (t,) = core.next_dispatches()
+        core.complete(t.task_id, TaskStatus.OK)
+    assert core.status(0) is BlockStatus.IDLE and core.live_blocks == 1
+
+
+def test_sync_round_retries_the_failed_block_alone():
+    clock = FakeClock()
+    core = SchedulerCore(3, Policy.sync(), backoff=0.0, clock=clock)
+    t = core.next_dispatches()
+    core.complete(t[0].task_id, TaskStatus.OK)
+    core.complete(t[1].task_id, TaskStatus.FAILED)
+    core.complete(t[2].task_id, TaskStatus.OK)
+    (retry,) = core.next_dispatches()
+    assert retry.block == 1 and retry.version == 0
+
+
+def test_ssp_bound_holds_in_a_random_run():
+    rng = np.random.default_rng(3)
+    s = 2
+    core = SchedulerCore(5, Policy.stale_synchronous(s))
+    running = []
+    for _ in range(400):
+        for t in core.next_dispatches():
+            clocks = [b["finished"] for b in core.snapshot()["blocks"]]
+            assert clocks[t.block] - min(clocks) <= s
+            running.append(t)
+        # block 0 is slow: it finishes rarely
+        weights = np.array([0.1 if t.block == 0 else 1.0 for t in running])
+        k = rng.choice(len(running), p=weights / weights.sum())
+        core.complete(running.pop(k).task_id, TaskStatus.OK)
+        core.advance()
+    clocks = [b["finished"] for b in core.snapshot()["blocks"]]
+    assert max(clocks) - min(clocks) <= s + 1
+
+
+def test_snapshot_reports_per_block_statistics():
+    core = SchedulerCore(2, Policy.asynchronous())
+    for _ in range(10):
+        for t in core.next_dispatches():
+            core.complete(t.task_id, TaskStatus.OK, duration=0.1 * (t.block + 1), executor="e")
+    snap = core.snapshot()
+    assert snap["blocks"][1]["mean_task_seconds"] == pytest.approx(0.2)
+    assert snap["blocks"][0]["executor"] == "e"
+    assert snap["counts"]["accepted"] == 20 and snap["counts"]["in_flight"] == 0
+
+
+def test_complete_unknown_task_raises():
+    core = SchedulerCore(1, Policy.asynchronous())
+    with pytest.raises(KeyError):
+        core.complete(99, TaskStatus.OK)
