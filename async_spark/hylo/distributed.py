@@ -1,0 +1,115 @@
+"""Start W torch processes on this machine with a bounded rendezvous on 127.0.0.1.
+
+Used by :func:`async_spark.hylo.train.train` (``workers > 1``) and by the tests.  Every process
+runs ``fn(rank, world_size, *args)`` inside an initialized process group (gloo on CPU, NCCL on
+CUDA), and the group is destroyed in a ``finally``.  The launcher waits at most ``timeout``
+seconds and terminates the processes it started if they overrun.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+__all__ = ["free_port", "launch"]
+
+
+def free_port() -> int:
+    """An unused TCP port on 127.0.0.1 (bound and released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _entry(
+    rank: int,
+    fn: Callable[..., Any],
+    world_size: int,
+    backend: str,
+    port: int,
+    timeout: float,
+    threads: int,
+    args: tuple[Any, ...],
+) -> None:
+    torch.set_num_threads(threads)
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    dist.init_process_group(
+        backend,
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world_size,
+        timeout=timedelta(seconds=timeout),
+    )
+    try:
+        fn(rank, world_size, *args)
+    finally:
+        dist.destroy_process_group()
+
+
+def launch(
+    fn: Callable[..., Any],
+    world_size: int,
+    args: tuple[Any, ...] = (),
+    backend: str = "gloo",
+    timeout: float = 120.0,
+    threads: int = 1,
+) -> None:
+    """Run ``fn(rank, world_size, *args)`` in ``world_size`` spawned processes.
+
+    Parameters
+    ----------
+    fn : callable
+        A module-level function (it is pickled by reference for ``spawn``).
+    world_size : int
+        Number of processes (>= 1).
+    args : tuple
+        Extra arguments, picklable.
+    backend : {"gloo", "nccl"}
+        ``torch.distributed`` backend.
+    timeout : float
+        Seconds for the collectives' timeout and for the whole run; on overrun the processes
+        are terminated and ``TimeoutError`` is raised.
+    threads : int
+        ``torch.set_num_threads`` in each process.
+
+    Raises
+    ------
+    TimeoutError
+        When the processes do not finish within ``timeout`` seconds.
+    torch.multiprocessing.ProcessRaisedException
+        When a process raised.
+    """
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be an integer >= 1, got {world_size!r}")
+    if backend not in ("gloo", "nccl"):
+        raise ValueError(f"backend must be 'gloo' or 'nccl', got {backend!r}")
+    if not timeout > 0:
+        raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+    port = free_port()
+    ctx = mp.start_processes(
+        _entry,
+        args=(fn, world_size, backend, port, float(timeout), int(threads), tuple(args)),
+        nprocs=world_size,
+        join=False,
+        start_method="spawn",
+    )
+    deadline = time.monotonic() + timeout
+    try:
+        while not ctx.join(timeout=max(0.1, min(1.0, deadline - time.monotonic()))):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{world_size} processes did not finish in {timeout} s")
+    finally:
+        for p in ctx.processes:
+            if p.is_alive():
+                p.terminate()
+                p.join(5)

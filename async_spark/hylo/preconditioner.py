@@ -1,0 +1,626 @@
+"""The HyLo preconditioner: hooks on Linear/Conv2d layers, ``step()`` rewrites ``.grad``.
+
+Used like KAISA's ``KFACPreconditioner`` (Pauloski et al., SC20/SC21), with any torch optimizer::
+
+    precond = HyLo(model, method="hybrid", rank_ratio=0.1, damping=0.03)
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss_fn(model(x), y).backward()     # hooks capture a_i and g_i on update steps
+        precond.step()                      # .grad <- (F + lambda I)^{-1} .grad, per layer
+        optimizer.step()
+
+Per layer and per inverse update (every ``inv_update_steps`` steps), each rank reduces its local
+rows (all of them for SNGD, ``r = ceil(rank_ratio * n)`` sampled rows for KIS, the interpolative
+decomposition's rows and weight block for KID, see :mod:`async_spark.hylo.kernels`), one bucketed
+all-gather collects every layer's rows, the layer's owner (assigned by cost, see
+:mod:`async_spark.hylo.assignment`) builds and inverts the m' x m' matrix and broadcasts it, and
+every rank preconditions every layer with it until the next update (Mu et al., HyLo, SC22).
+
+Layer inputs and outputs: a Linear layer's input a_i (with a 1 appended for a bias) and its output
+gradient g_i scaled by the local batch size n (the loss is assumed to be a batch mean; pass
+``batch_averaged=False`` for a sum).  A Conv2d layer's unfolded patches are averaged over the
+output positions and its output gradients summed over them, so that g_i a_i^T approximates the
+per-sample weight gradient (the spatially-uncorrelated approximation of K-FAC for convolutions).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from . import kernels
+from .assignment import contiguous_assignment, greedy_assignment, inverse_cost
+from .comm import Communicator, LocalCommunicator
+from .schedules import EpochWindowRule, GradNormChangeRule, SwitchRule
+
+__all__ = ["HyLo", "METHODS", "supported_layer"]
+
+log = logging.getLogger(__name__)
+
+METHODS = ("hybrid", "kid", "kis", "sngd")
+_SWITCHES = ("auto", "epochs")
+_ASSIGNMENTS = ("greedy", "contiguous")
+
+
+def supported_layer(module: nn.Module) -> bool:
+    """Whether HyLo can precondition ``module``: ``nn.Linear``, or ``nn.Conv2d`` with
+    ``groups == 1`` and ``padding_mode == "zeros"`` (and a non-string padding)."""
+    if isinstance(module, nn.Linear):
+        return True
+    if isinstance(module, nn.Conv2d):
+        return (
+            module.groups == 1
+            and module.padding_mode == "zeros"
+            and not isinstance(module.padding, str)
+        )
+    return False
+
+
+@dataclass
+class _Layer:
+    name: str
+    module: nn.Module
+    d_in: int
+    d_out: int
+    A: Tensor | None = None  # captured local factors of the current update step
+    G: Tensor | None = None
+    # state of the last inverse update
+    A_all: Tensor | None = None
+    G_all: Tensor | None = None
+    inverse: Tensor | None = None
+    damping: float = 0.0
+    method: str = ""
+    norm_sum: float = 0.0
+    norm_count: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def weight(self) -> Tensor:
+        w = self.module.weight
+        assert isinstance(w, Tensor)
+        return w
+
+    @property
+    def bias(self) -> Tensor | None:
+        b = getattr(self.module, "bias", None)
+        return b if isinstance(b, Tensor) else None
+
+
+class HyLo:
+    """Hybrid low-rank natural-gradient preconditioner (Mu et al., SC22).
+
+    Parameters
+    ----------
+    model : nn.Module
+        The model (or its DDP wrapper).  Hooks go on its Linear and Conv2d layers.
+    method : {"hybrid", "kid", "kis", "sngd"}
+        ``"sngd"`` keeps every row (exact), ``"kis"`` / ``"kid"`` one reduction throughout, and
+        ``"hybrid"`` picks KID or KIS per layer at each inverse update with ``switch``.
+    rank_ratio : float in (0, 1]
+        rho: each rank keeps ``r = min(n, ceil(rho * n))`` of its n local rows (KIS, KID).
+    damping : float or callable
+        lambda > 0, or a function of the step count returning it (e.g.
+        :class:`~async_spark.hylo.schedules.GeometricDamping`); read at each inverse update.
+    inv_update_steps : int
+        Steps between captures / inverse updates (>= 1); the inverses are reused in between.
+    layers : sequence of nn.Module or str, optional
+        Explicit list of layers (modules or qualified names).  Each must be supported
+        (:func:`supported_layer`).  By default, every supported layer of ``model``.
+    skip_layers : sequence of str or type, optional
+        Layers to leave unpreconditioned: qualified names, name substrings, or module classes.
+    switch : {"auto", "epochs"} or SwitchRule
+        Hybrid rule: ``"auto"`` = :class:`GradNormChangeRule` (``switch_threshold``),
+        ``"epochs"`` = :class:`EpochWindowRule` (``kid_epochs``).  Epochs come from
+        :meth:`set_epoch`.
+    kid_epochs : sequence of (int, int)
+        KID windows for ``switch="epochs"``.
+    switch_threshold : float
+        Relative gradient-norm change for ``switch="auto"``.
+    communicator : Communicator, optional
+        Collectives; :class:`LocalCommunicator` (one process) if ``None``.
+    assignment : {"greedy", "contiguous"}
+        How layers are assigned to ranks for the inverse: cost-balanced LPT, or the original's
+        contiguous blocks.
+    kl_clip : float, optional
+        KAISA/K-FAC's KL clipping: scale all directions by ``min(1, sqrt(kl_clip / (lr^2 sum_l
+        <d_l, g_l>)))``; needs ``lr``.
+    lr : float or callable, optional
+        Learning rate (or a function of no argument returning the current one) for ``kl_clip``.
+    batch_averaged : bool
+        Whether the loss is a mean over the local batch (output gradients are then scaled by n).
+    inverse_dtype : torch.dtype, optional
+        dtype in which kernels are built, inverted and applied (float64 for extra accuracy);
+        the dtype of the captured factors if ``None``.
+    seed : int
+        Seed of the KIS sampling generator (each rank uses ``seed + 1000003 * rank``).
+
+    Attributes
+    ----------
+    steps : int
+        Calls of :meth:`step` so far.
+    inverse_updates : int
+        Inverse updates so far.
+    last_methods : dict of str to str
+        Which method's inverse each layer used at the last step (``"sgd"`` when it had none).
+    method_counts : dict of str to dict of str to int
+        Steps per method for each layer.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        method: str = "hybrid",
+        rank_ratio: float = 0.1,
+        damping: float | Callable[[int], float] = 0.03,
+        inv_update_steps: int = 1,
+        layers: Sequence[nn.Module | str] | None = None,
+        skip_layers: Sequence[str | type] = (),
+        switch: str | SwitchRule = "auto",
+        kid_epochs: Sequence[tuple[int, int]] = ((0, 10),),
+        switch_threshold: float = 0.1,
+        communicator: Communicator | None = None,
+        assignment: str = "greedy",
+        kl_clip: float | None = None,
+        lr: float | Callable[[], float] | None = None,
+        batch_averaged: bool = True,
+        inverse_dtype: torch.dtype | None = None,
+        seed: int = 0,
+    ) -> None:
+        if not isinstance(model, nn.Module):
+            raise ValueError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        if method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        if (
+            isinstance(rank_ratio, bool)
+            or not isinstance(rank_ratio, (int, float))
+            or not 0.0 < float(rank_ratio) <= 1.0
+        ):
+            raise ValueError(f"rank_ratio must be a number in (0, 1], got {rank_ratio!r}")
+        if not callable(damping):
+            kernels._check_damping(damping)
+        if (
+            isinstance(inv_update_steps, bool)
+            or not isinstance(inv_update_steps, int)
+            or inv_update_steps < 1
+        ):
+            raise ValueError(f"inv_update_steps must be an integer >= 1, got {inv_update_steps!r}")
+        if assignment not in _ASSIGNMENTS:
+            raise ValueError(f"assignment must be one of {_ASSIGNMENTS}, got {assignment!r}")
+        if kl_clip is not None:
+            if (
+                isinstance(kl_clip, bool)
+                or not isinstance(kl_clip, (int, float))
+                or not (math.isfinite(kl_clip) and kl_clip > 0)
+            ):
+                raise ValueError(f"kl_clip must be a finite number > 0 or None, got {kl_clip!r}")
+            if lr is None:
+                raise ValueError("lr must be given (a float or a callable) when kl_clip is set")
+        if inverse_dtype not in (None, torch.float32, torch.float64):
+            raise ValueError(
+                f"inverse_dtype must be None, torch.float32 or torch.float64, got {inverse_dtype!r}"
+            )
+        if isinstance(switch, str):
+            if switch not in _SWITCHES:
+                raise ValueError(
+                    f"switch must be one of {_SWITCHES} or a SwitchRule, got {switch!r}"
+                )
+            rule: SwitchRule = (
+                GradNormChangeRule(switch_threshold)
+                if switch == "auto"
+                else EpochWindowRule(kid_epochs)
+            )
+        elif all(hasattr(switch, a) for a in ("choose", "state_dict", "load_state_dict")):
+            rule = switch
+        else:
+            raise ValueError(f"switch must be one of {_SWITCHES} or a SwitchRule, got {switch!r}")
+
+        self.model = model
+        self.method = method
+        self.rank_ratio = float(rank_ratio)
+        self.damping = damping
+        self.inv_update_steps = inv_update_steps
+        self.rule = rule
+        self.comm = communicator if communicator is not None else LocalCommunicator()
+        self.assignment = assignment
+        self.kl_clip = None if kl_clip is None else float(kl_clip)
+        self.lr = lr
+        self.batch_averaged = bool(batch_averaged)
+        self.inverse_dtype = inverse_dtype
+        self.seed = int(seed)
+        self.generator = torch.Generator().manual_seed(self.seed + 1000003 * self.comm.rank)
+        self.steps = 0
+        self.inverse_updates = 0
+        self.epoch = 0
+        self.last_methods: dict[str, str] = {}
+        self.last_kl_scale = 1.0
+        self.layers = self._select_layers(layers, skip_layers)
+        self._handles: list[Any] = []
+        for layer in self.layers:
+            self._handles.append(layer.module.register_forward_hook(self._make_hook(layer)))
+
+    # ---------------------------------------------------------------- layer selection and hooks
+    def _select_layers(
+        self, layers: Sequence[nn.Module | str] | None, skip: Sequence[str | type]
+    ) -> list[_Layer]:
+        named = dict(self.model.named_modules())
+        by_id = {id(m): n for n, m in named.items()}
+        for s in skip:
+            if not isinstance(s, (str, type)):
+                raise ValueError(f"skip_layers must hold names or module classes, got {s!r}")
+        chosen: list[tuple[str, nn.Module]] = []
+        if layers is None:
+            chosen = [(n, m) for n, m in named.items() if supported_layer(m)]
+        else:
+            if isinstance(layers, (str, nn.Module)):
+                raise ValueError("layers must be a sequence of modules or names, not a single one")
+            for item in layers:
+                if isinstance(item, str):
+                    if item not in named:
+                        raise ValueError(f"layers: no module named {item!r} in the model")
+                    name, mod = item, named[item]
+                elif isinstance(item, nn.Module) and id(item) in by_id:
+                    name, mod = by_id[id(item)], item
+                else:
+                    raise ValueError(f"layers: {item!r} is not a module of the model")
+                if not supported_layer(mod):
+                    raise ValueError(
+                        f"layers: {name!r} is a {type(mod).__name__}; supported are nn.Linear "
+                        "and nn.Conv2d with groups=1 and padding_mode='zeros'"
+                    )
+                chosen.append((name, mod))
+
+        def skipped(name: str, mod: nn.Module) -> bool:
+            for s in skip:
+                if isinstance(s, str) and (name == s or (s and s in name)):
+                    return True
+                if isinstance(s, type) and isinstance(mod, s):
+                    return True
+            return False
+
+        out = []
+        for name, mod in chosen:
+            if skipped(name, mod):
+                continue
+            if isinstance(mod, nn.Linear):
+                d_in, d_out = mod.in_features, mod.out_features
+            else:
+                assert isinstance(mod, nn.Conv2d)
+                kh, kw = mod.kernel_size
+                d_in, d_out = mod.in_channels * kh * kw, mod.out_channels
+            d_in += 1 if getattr(mod, "bias", None) is not None else 0
+            out.append(_Layer(name=name, module=mod, d_in=d_in, d_out=d_out))
+        if not out:
+            raise ValueError("layers: the model has no supported layer left to precondition")
+        return out
+
+    def _capturing(self) -> bool:
+        return (
+            self.model.training
+            and torch.is_grad_enabled()
+            and self.steps % self.inv_update_steps == 0
+        )
+
+    def _make_hook(self, layer: _Layer) -> Callable[..., None]:
+        def hook(module: nn.Module, inputs: tuple[Tensor, ...], output: Tensor) -> None:
+            if not self._capturing() or not isinstance(output, Tensor) or not output.requires_grad:
+                return
+            x = inputs[0].detach()
+            layer.A = self._inputs(module, x)
+            n = x.shape[0]
+
+            def grad_hook(g: Tensor) -> None:
+                layer.G = self._output_grads(module, g.detach(), n)
+
+            output.register_hook(grad_hook)
+
+        return hook
+
+    @staticmethod
+    def _inputs(module: nn.Module, x: Tensor) -> Tensor:
+        if isinstance(module, nn.Conv2d):
+            patches = F.unfold(
+                x,
+                module.kernel_size,
+                dilation=module.dilation,
+                padding=module.padding,  # type: ignore[arg-type]
+                stride=module.stride,
+            )
+            a = patches.mean(dim=2)
+        else:
+            a = x.reshape(x.shape[0], -1, x.shape[-1]).mean(dim=1)
+        if getattr(module, "bias", None) is not None:
+            a = torch.cat([a, a.new_ones(a.shape[0], 1)], dim=1)
+        return a
+
+    def _output_grads(self, module: nn.Module, g: Tensor, n: int) -> Tensor:
+        if isinstance(module, nn.Conv2d):
+            g = g.sum(dim=(2, 3))
+        else:
+            g = g.reshape(g.shape[0], -1, g.shape[-1]).sum(dim=1)
+        return g * n if self.batch_averaged else g
+
+    @staticmethod
+    def _grad_matrix(layer: _Layer) -> Tensor | None:
+        w = layer.weight
+        if w.grad is None:
+            return None
+        gm = w.grad.reshape(w.shape[0], -1)
+        b = layer.bias
+        if b is not None:
+            bg = b.grad if b.grad is not None else torch.zeros_like(b)
+            gm = torch.cat([gm, bg.unsqueeze(1)], dim=1)
+        return gm
+
+    @staticmethod
+    def _write_grad(layer: _Layer, direction: Tensor) -> None:
+        w = layer.weight
+        assert w.grad is not None
+        b = layer.bias
+        if b is not None:
+            w.grad.copy_(direction[:, :-1].reshape(w.shape))
+            if b.grad is None:
+                b.grad = torch.zeros_like(b)
+            b.grad.copy_(direction[:, -1])
+        else:
+            w.grad.copy_(direction.reshape(w.shape))
+
+    # ---------------------------------------------------------------------- public interface
+    def set_epoch(self, epoch: int) -> None:
+        """Tell the preconditioner the current epoch (used by ``switch="epochs"``)."""
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ValueError(f"epoch must be an integer >= 0, got {epoch!r}")
+        self.epoch = epoch
+
+    def current_damping(self) -> float:
+        """The damping for the next inverse update."""
+        lam = self.damping(self.steps) if callable(self.damping) else self.damping
+        return kernels._check_damping(lam)
+
+    @property
+    def method_counts(self) -> dict[str, dict[str, int]]:
+        return {layer.name: dict(layer.counts) for layer in self.layers}
+
+    def remove_hooks(self) -> None:
+        """Remove the forward hooks (the preconditioner then only reuses stored inverses)."""
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """Precondition the gradients of all layers in place (call after ``backward``).
+
+        On an inverse-update step with captured factors this also updates the inverses (a
+        collective operation: every rank must call ``step`` together).  Layers without a
+        gradient are left alone; before the first inverse update gradients pass unchanged.
+        """
+        grads = {layer.name: self._grad_matrix(layer) for layer in self.layers}
+        for layer in self.layers:
+            g = grads[layer.name]
+            if g is not None:
+                layer.norm_sum += float(torch.linalg.vector_norm(g))
+                layer.norm_count += 1
+        update = self.steps % self.inv_update_steps == 0 and any(
+            layer.A is not None and layer.G is not None for layer in self.layers
+        )
+        if update:
+            self._update_inverses()
+        directions: dict[str, Tensor] = {}
+        for layer in self.layers:
+            g = grads[layer.name]
+            if g is None or layer.inverse is None:
+                self.last_methods[layer.name] = "sgd"
+                continue
+            assert layer.A_all is not None and layer.G_all is not None
+            d = kernels.woodbury_apply(
+                layer.A_all, layer.G_all, layer.inverse, g.to(layer.inverse.dtype), layer.damping
+            )
+            directions[layer.name] = d.to(g.dtype)
+            self.last_methods[layer.name] = layer.method
+        scale = self._kl_scale(directions, grads)
+        self.last_kl_scale = scale
+        for layer in self.layers:
+            if layer.name in directions:
+                d = directions[layer.name]
+                self._write_grad(layer, d * scale if scale != 1.0 else d)
+        for layer in self.layers:
+            m = self.last_methods[layer.name]
+            layer.counts[m] = layer.counts.get(m, 0) + 1
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("hylo step %d methods %s", self.steps, self.last_methods)
+        self.steps += 1
+
+    def _kl_scale(self, directions: dict[str, Tensor], grads: dict[str, Tensor | None]) -> float:
+        if self.kl_clip is None or not directions:
+            return 1.0
+        assert self.lr is not None
+        lr = float(self.lr()) if callable(self.lr) else float(self.lr)
+        vg = 0.0
+        for k, d in directions.items():
+            g = grads[k]
+            assert g is not None
+            vg += float((d * g).sum())
+        vg *= lr * lr
+        if vg <= 0 or not math.isfinite(vg):
+            return 1.0
+        return min(1.0, math.sqrt(self.kl_clip / vg))
+
+    # --------------------------------------------------------------------- inverse update
+    def _choose(self, layer: _Layer) -> str:
+        if self.method != "hybrid":
+            return self.method
+        norm = layer.norm_sum / max(1, layer.norm_count)
+        return self.rule.choose(layer.name, self.epoch, norm)
+
+    def _update_inverses(self) -> None:
+        lam = self.current_damping()
+        active = [ly for ly in self.layers if ly.A is not None and ly.G is not None]
+        comm = self.comm
+        # 1. local reduction of every captured layer, packed into one flat buffer
+        meta: list[int] = []
+        pieces: list[Tensor] = []
+        methods: list[str] = []
+        ref = active[0].A
+        assert ref is not None
+        dtype, device = ref.dtype, ref.device
+        for layer in active:
+            assert layer.A is not None and layer.G is not None
+            A, G = layer.A.to(dtype), layer.G.to(dtype)
+            n = A.shape[0]
+            method = self._choose(layer)
+            methods.append(method)
+            if method == "sngd":
+                r = n
+                AS, GS, W = A, G, None
+            else:
+                r = min(n, max(1, math.ceil(self.rank_ratio * n)))
+                if method == "kis":
+                    idx = kernels.kis_select(A, G, r, self.generator)
+                    W = None
+                else:
+                    idx, W = kernels.kid_select(A, G, r)
+                AS, GS = A[idx], G[idx]
+            meta += [n, r]
+            pieces += [AS.reshape(-1), GS.reshape(-1)]
+            if W is not None:
+                pieces.append(W.reshape(-1))
+            layer.norm_sum, layer.norm_count = 0.0, 0
+        buffer = torch.cat(pieces) if pieces else torch.zeros(0, dtype=dtype, device=device)
+        # 2. one all-gather of the counts, one of the rows (bucketed over layers)
+        if comm.world_size > 1:
+            counts = comm.all_gather_flat(torch.tensor(meta, dtype=torch.float64, device=device))
+            metas = [[int(v) for v in c.tolist()] for c in counts]
+            buffers = comm.all_gather_flat(buffer)
+        else:
+            metas, buffers = [meta], [buffer]
+        # 3. unpack every rank's rows per layer
+        offsets = [0] * comm.world_size
+        gathered: list[tuple[Tensor, Tensor, Tensor | None, int]] = []
+        for i, layer in enumerate(active):
+            As, Gs, Ws = [], [], []
+            total = 0
+            for p in range(comm.world_size):
+                n_p, r_p = metas[p][2 * i], metas[p][2 * i + 1]
+                total += n_p
+                o = offsets[p]
+                buf = buffers[p]
+                As.append(buf[o : o + r_p * layer.d_in].reshape(r_p, layer.d_in))
+                o += r_p * layer.d_in
+                Gs.append(buf[o : o + r_p * layer.d_out].reshape(r_p, layer.d_out))
+                o += r_p * layer.d_out
+                if methods[i] == "kid":
+                    Ws.append(buf[o : o + r_p * r_p].reshape(r_p, r_p))
+                    o += r_p * r_p
+                offsets[p] = o
+            A_all, G_all = torch.cat(As), torch.cat(Gs)
+            core = None
+            idt = self.inverse_dtype or dtype
+            if methods[i] == "kid":
+                core = kernels.kid_core([w.to(idt) for w in Ws], lam, total)
+            gathered.append((A_all.to(idt), G_all.to(idt), core, total))
+        # 4. owners build and invert, then broadcast per owning rank
+        costs = [
+            inverse_cost(a.shape[0], layer.d_in, layer.d_out)
+            for (a, _, _, _), layer in zip(gathered, active, strict=True)
+        ]
+        if self.assignment == "greedy":
+            owner = greedy_assignment(costs, comm.world_size)
+        else:
+            owner = contiguous_assignment(len(active), comm.world_size)
+        inverses: list[Tensor | None] = [None] * len(active)
+        for i, (A_all, G_all, core, _) in enumerate(gathered):
+            if owner[i] == comm.rank:
+                inverses[i] = kernels.woodbury_inverse(A_all, G_all, lam, core)
+        if comm.world_size > 1:
+            for src in range(comm.world_size):
+                mine = [i for i in range(len(active)) if owner[i] == src]
+                if not mine:
+                    continue
+                sizes = [gathered[i][0].shape[0] for i in mine]
+                idt = gathered[mine[0]][0].dtype
+                if src == comm.rank:
+                    flat = torch.cat([inverses[i].reshape(-1) for i in mine])  # type: ignore[union-attr]
+                else:
+                    flat = torch.empty(sum(s * s for s in sizes), dtype=idt, device=device)
+                flat = comm.broadcast(flat, src)
+                o = 0
+                for i, s in zip(mine, sizes, strict=True):
+                    inverses[i] = flat[o : o + s * s].reshape(s, s)
+                    o += s * s
+        # 5. store
+        for i, layer in enumerate(active):
+            layer.A_all, layer.G_all = gathered[i][0], gathered[i][1]
+            layer.inverse = inverses[i]
+            layer.damping = lam
+            layer.method = methods[i]
+            layer.A = layer.G = None
+        self.inverse_updates += 1
+
+    # ----------------------------------------------------------------------- state
+    def state_dict(self) -> dict[str, Any]:
+        """Counters, schedules' state and each layer's last inverse, as tensors and plain values.
+
+        Loadable with ``torch.load(..., weights_only=True)``.
+        """
+        layers: dict[str, Any] = {}
+        for layer in self.layers:
+            entry: dict[str, Any] = {
+                "method": layer.method,
+                "damping": layer.damping,
+                "norm_sum": layer.norm_sum,
+                "norm_count": layer.norm_count,
+                "counts": dict(layer.counts),
+            }
+            if layer.inverse is not None:
+                entry.update(A=layer.A_all, G=layer.G_all, inverse=layer.inverse)
+            layers[layer.name] = entry
+        return {
+            "steps": self.steps,
+            "inverse_updates": self.inverse_updates,
+            "epoch": self.epoch,
+            "rank": self.comm.rank,
+            "generator": self.generator.get_state(),
+            "rule": self.rule.state_dict(),
+            "layers": layers,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a :meth:`state_dict` taken from a preconditioner on the same layers."""
+        names = {layer.name for layer in self.layers}
+        if set(state.get("layers", {})) != names:
+            raise ValueError(
+                f"state: layers {sorted(state.get('layers', {}))} do not match the "
+                f"preconditioner's {sorted(names)}"
+            )
+        self.steps = int(state["steps"])
+        self.inverse_updates = int(state["inverse_updates"])
+        self.epoch = int(state["epoch"])
+        if int(state.get("rank", 0)) == self.comm.rank:
+            self.generator.set_state(state["generator"])
+        else:  # another rank's state: derive a distinct stream for this rank
+            self.generator.manual_seed(
+                self.seed + 1000003 * self.comm.rank + 7919 * self.inverse_updates
+            )
+        self.rule.load_state_dict(state["rule"])
+        for layer in self.layers:
+            entry = state["layers"][layer.name]
+            layer.method = str(entry["method"])
+            layer.damping = float(entry["damping"])
+            layer.norm_sum = float(entry["norm_sum"])
+            layer.norm_count = int(entry["norm_count"])
+            layer.counts = {str(k): int(v) for k, v in entry["counts"].items()}
+            dev = layer.weight.device
+            if "inverse" in entry:
+                layer.A_all = entry["A"].to(dev)
+                layer.G_all = entry["G"].to(dev)
+                layer.inverse = entry["inverse"].to(dev)
+            else:
+                layer.A_all = layer.G_all = layer.inverse = None
+            layer.A = layer.G = None
