@@ -138,6 +138,11 @@ def build_session(
 
     submitted: dict[str, str] = {}
     if _jvm_running():
+        from pyspark import SparkContext
+
+        # Under spark-submit the JVM exists before Python starts; connect to it so that SparkConf
+        # sees what spark-submit set (as JVM system properties).
+        SparkContext._ensure_initialized()
         submitted = dict(SparkConf().getAll())
 
     builder = SparkSession.builder.appName(app_name)

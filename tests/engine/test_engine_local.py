@@ -1,0 +1,98 @@
+"""AsyncEngine with the in-process LocalTransport: the same loop as on Spark, no JVM."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from async_spark.engine import AsyncEngine, EngineError, LocalTransport, Policy
+
+
+def slow_block_task(block, model, args):
+    time.sleep(0.05 if block == 0 else 0.005)
+    return float(model)
+
+
+def test_local_transport_runs_the_engine_loop_with_a_staleness_bound():
+    with AsyncEngine(
+        LocalTransport(),
+        slow_block_task,
+        num_blocks=3,
+        policy=Policy.asynchronous(tau=3),
+        initial_model=0.0,
+    ) as eng:
+        got = []
+        for r in eng.results():
+            assert r.staleness <= 3
+            got.append(r.block)
+            eng.publish(float(eng.version + 1))
+            if len(got) == 40:
+                break
+    assert set(got) >= {1, 2}
+    assert eng.core.accounting_closes() and eng.core.in_flight == 0
+
+
+def test_every_block_failing_raises_with_the_last_error():
+    def broken(block, model, args):
+        raise ValueError(f"bad block {block}")
+
+    eng = AsyncEngine(
+        LocalTransport(),
+        broken,
+        num_blocks=2,
+        policy=Policy.asynchronous(),
+        initial_model=None,
+        max_retries=1,
+        backoff=0.0,
+    )
+    with eng, pytest.raises(EngineError, match="bad block"):
+        for _ in eng.results():
+            pass
+    assert eng.core.counts["failed"] == 4
+
+
+def test_stop_from_another_thread_ends_the_stream():
+    eng = AsyncEngine(
+        LocalTransport(), slow_block_task, num_blocks=2, policy=Policy.sync(), initial_model=0.0
+    )
+    timer = threading.Timer(0.3, eng.stop)
+    with eng:
+        timer.start()
+        n = sum(1 for _ in eng.results())
+    assert n >= 2 and eng.core.accounting_closes()
+
+
+def test_trajectory_is_written_as_jsonl(tmp_path):
+    with AsyncEngine(
+        LocalTransport(), slow_block_task, num_blocks=2, policy=Policy.sync(), initial_model=0.0
+    ) as eng:
+        for i, _ in enumerate(eng.results()):
+            if i == 5:
+                break
+    path = tmp_path / "t.jsonl"
+    eng.write_trajectory(path)
+    lines = path.read_text().splitlines()
+    assert len(lines) >= 6 and '"staleness"' in lines[0]
+
+
+def test_bad_engine_arguments_are_refused():
+    with pytest.raises(ValueError, match="warmup_tasks"):
+        AsyncEngine(
+            LocalTransport(),
+            slow_block_task,
+            num_blocks=2,
+            policy=Policy.sync(),
+            initial_model=0.0,
+            warmup_tasks=0,
+        )
+    with pytest.raises(ValueError, match="max_retries"):
+        AsyncEngine(
+            LocalTransport(),
+            slow_block_task,
+            num_blocks=2,
+            policy=Policy.sync(),
+            initial_model=0.0,
+            max_retries=-1,
+        )
