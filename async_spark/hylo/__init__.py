@@ -8,6 +8,8 @@ method", SC22.
 - :mod:`~async_spark.hylo.schedules`: damping decay, learning-rate warm-up, hybrid switch rules
 - :mod:`~async_spark.hylo.comm` / :mod:`~async_spark.hylo.assignment`: collectives behind a small
   interface (one process, torch.distributed) and layer-to-rank assignment by cost
+- :mod:`~async_spark.hylo.models`, :mod:`~async_spark.hylo.data`: reference models and datasets
+- :func:`async_spark.hylo.train.train` and :mod:`~async_spark.hylo.cli_args`: the training entry
 """
 
 from .assignment import contiguous_assignment, greedy_assignment, inverse_cost, makespan

@@ -1,0 +1,103 @@
+"""Datasets for the HyLo training entry, as in-memory tensors (no download).
+
+* ``builtin:mnist1d`` -- MNIST-1D (Greydanus, 2020) generated locally by the ``mnist1d`` package's
+  ``make_dataset`` with its default arguments (4000 training and 1000 test signals of length 40,
+  10 classes; deterministic for a given seed).
+* ``synthetic`` -- a learnable problem of the model's input shape: random inputs labelled by a
+  fixed random teacher (classification), or masks from a smoothed input channel (segmentation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = ["Dataset", "load_dataset", "DATASETS"]
+
+DATASETS = ("builtin:mnist1d", "synthetic")
+
+
+@dataclass
+class Dataset:
+    """Training and test tensors; ``task`` is ``"classification"`` or ``"segmentation"``."""
+
+    x_train: Tensor
+    y_train: Tensor
+    x_test: Tensor
+    y_test: Tensor
+    task: str
+
+
+def _mnist1d(seed: int) -> Dataset:
+    try:
+        from mnist1d.data import get_dataset_args, make_dataset
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "builtin:mnist1d needs the 'mnist1d' package (pip install mnist1d)"
+        ) from e
+    args = get_dataset_args()
+    args.seed = seed
+    d = make_dataset(args)
+    to_x = lambda a: torch.as_tensor(a, dtype=torch.float32)[:, None, None, :]  # noqa: E731
+    return Dataset(
+        x_train=to_x(d["x"]),
+        y_train=torch.as_tensor(d["y"], dtype=torch.int64),
+        x_test=to_x(d["x_test"]),
+        y_test=torch.as_tensor(d["y_test"], dtype=torch.int64),
+        task="classification",
+    )
+
+
+def _synthetic(model: str, n_train: int, n_test: int, seed: int) -> Dataset:
+    g = torch.Generator().manual_seed(seed)
+    n = n_train + n_test
+    if model == "cnn1d":
+        x = torch.randn(n, 1, 1, 40, generator=g)
+        teacher = torch.randn(40, 10, generator=g)
+        y = (x.flatten(1) @ teacher).argmax(1)
+        task = "classification"
+    elif model == "resnet32":
+        x = torch.randn(n, 3, 32, 32, generator=g)
+        pooled = F.avg_pool2d(x, 8).flatten(1)  # 3 * 4 * 4 = 48 features
+        teacher = torch.randn(48, 10, generator=g)
+        y = (pooled @ teacher).argmax(1)
+        task = "classification"
+    elif model == "unet":
+        x = torch.randn(n, 3, 32, 32, generator=g)
+        smooth = F.avg_pool2d(x[:, :1], 5, stride=1, padding=2, count_include_pad=False)
+        y = (smooth > 0).to(torch.float32)
+        task = "segmentation"
+    else:
+        raise ValueError(f"model must be one of ('cnn1d', 'resnet32', 'unet'), got {model!r}")
+    return Dataset(x[:n_train], y[:n_train], x[n_train:], y[n_train:], task)
+
+
+def load_dataset(
+    data: str, model: str, seed: int = 0, n_train: int = 1024, n_test: int = 512
+) -> Dataset:
+    """Load ``data`` (one of :data:`DATASETS`) shaped for ``model``.
+
+    Parameters
+    ----------
+    data : str
+        ``"builtin:mnist1d"`` (only for ``model="cnn1d"``) or ``"synthetic"``.
+    model : str
+        ``"cnn1d"``, ``"resnet32"`` or ``"unet"``.
+    seed : int
+        Seed of the generator.
+    n_train, n_test : int
+        Sizes of the synthetic sets.
+    """
+    if data not in DATASETS:
+        raise ValueError(f"data must be one of {DATASETS}, got {data!r}")
+    if data == "builtin:mnist1d":
+        if model != "cnn1d":
+            raise ValueError(f"data 'builtin:mnist1d' needs model 'cnn1d', got {model!r}")
+        return _mnist1d(seed)
+    for name, v in (("n_train", n_train), ("n_test", n_test)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+    return _synthetic(model, n_train, n_test, seed)

@@ -1,0 +1,421 @@
+"""Training entry: ``train(config) -> summary`` for HyLo and its baselines on the reference models.
+
+Writes into ``config.out`` (when given):
+
+* ``summary.json`` -- ``optimizer``, ``model``, ``data``, ``epochs``, ``workers``, ``wall_seconds``
+  (training time, evaluation excluded), ``test_accuracy`` (final), ``best_test_accuracy``,
+  ``time_to_accuracy`` (``{"0.8": s, "0.85": s, "0.9": s}``, seconds of training until the
+  end-of-epoch test accuracy first reached the threshold, or ``null``) and the configuration;
+* ``metrics.jsonl`` -- one JSON object per epoch (loss, accuracy, cumulative training seconds,
+  learning rate, damping, and for HyLo the steps per method of each layer);
+* ``model.pt`` -- the model's ``state_dict``.
+
+Optimizers: ``sgd`` (torch SGD with momentum), ``hylo`` (hybrid), ``kis``, ``kid``, ``sngd`` (the
+HyLo preconditioner, then SGD with momentum), and the third-party baselines ``kfac`` and ``smw``
+from ASDL (``asdfghjkl``: K-FAC with the empirical Fisher and the SMW empirical natural gradient),
+also followed by SGD with momentum.  ``workers > 1`` starts that many torch processes on this
+machine (gloo on CPU, NCCL on CUDA): each takes a contiguous slice of every global batch, DDP
+averages the gradients and HyLo distributes its inverses (HyLo and SGD only).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .comm import TorchCommunicator
+from .data import DATASETS, Dataset, load_dataset
+from .preconditioner import HyLo
+from .schedules import GeometricDamping, warmup_multistep
+
+__all__ = ["TrainConfig", "train", "OPTIMIZERS", "MODELS", "THRESHOLDS"]
+
+OPTIMIZERS = ("hylo", "kis", "kid", "sngd", "kfac", "smw", "sgd")
+MODELS = ("cnn1d", "resnet32", "unet")
+THRESHOLDS = ("0.8", "0.85", "0.9")
+_HYLO = {"hylo": "hybrid", "kis": "kis", "kid": "kid", "sngd": "sngd"}
+_DEFAULT_LR = {
+    "sgd": 0.1,
+    "hylo": 0.1,
+    "kis": 0.1,
+    "kid": 0.1,
+    "sngd": 0.1,
+    "kfac": 0.1,
+    "smw": 0.1,
+}
+
+
+@dataclass
+class TrainConfig:
+    """Configuration of :func:`train` (the fields of the ``async-spark hylo`` command).
+
+    ``lr=None`` takes a per-optimizer default; ``damping_target=None`` keeps the damping constant;
+    ``kid_epochs=None`` uses the automatic hybrid switch (gradient-norm change), otherwise the
+    given epoch windows.
+    """
+
+    model: str = "cnn1d"
+    data: str = "builtin:mnist1d"
+    optimizer: str = "hylo"
+    epochs: int = 10
+    batch_size: int = 128
+    lr: float | None = None
+    workers: int = 1
+    device: str = "cpu"
+    seed: int = 0
+    out: str | None = None
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    warmup_epochs: int = 0
+    lr_decay_epochs: list[int] = field(default_factory=list)
+    lr_decay: float = 0.1
+    damping: float = 0.03
+    damping_target: float | None = None
+    rank_ratio: float = 0.1
+    inv_update_steps: int = 10
+    kid_epochs: list[list[int]] | None = None
+    switch_threshold: float = 0.1
+    kl_clip: float | None = 1e-3
+    n_train: int = 1024
+    n_test: int = 512
+    threads: int = 1
+    timeout: float = 3600.0
+
+    def validate(self) -> None:
+        """Raise one ``ValueError`` per bad field, naming it and the accepted values."""
+
+        def integer(name: str, lo: int) -> None:
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
+
+        def positive(name: str, optional: bool = False) -> None:
+            v = getattr(self, name)
+            if optional and v is None:
+                return
+            if (
+                isinstance(v, bool)
+                or not isinstance(v, (int, float))
+                or not (math.isfinite(v) and v > 0)
+            ):
+                raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
+
+        if self.model not in MODELS:
+            raise ValueError(f"model must be one of {MODELS}, got {self.model!r}")
+        if self.data not in DATASETS:
+            raise ValueError(f"data must be one of {DATASETS}, got {self.data!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        for name, lo in (("epochs", 1), ("batch_size", 1), ("workers", 1), ("warmup_epochs", 0)):
+            integer(name, lo)
+        for name, lo in (("inv_update_steps", 1), ("n_train", 1), ("n_test", 1), ("threads", 1)):
+            integer(name, lo)
+        positive("lr", optional=True)
+        positive("damping")
+        positive("damping_target", optional=True)
+        positive("kl_clip", optional=True)
+        positive("switch_threshold")
+        positive("timeout")
+        if not 0.0 < float(self.rank_ratio) <= 1.0:
+            raise ValueError(f"rank_ratio must be a number in (0, 1], got {self.rank_ratio!r}")
+        if not 0.0 <= float(self.momentum) < 1.0:
+            raise ValueError(f"momentum must be in [0, 1), got {self.momentum!r}")
+        if not float(self.weight_decay) >= 0.0:
+            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay!r}")
+        if not 0.0 < float(self.lr_decay) <= 1.0:
+            raise ValueError(f"lr_decay must be in (0, 1], got {self.lr_decay!r}")
+        if self.device not in ("cpu", "cuda"):
+            raise ValueError(f"device must be 'cpu' or 'cuda', got {self.device!r}")
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise ValueError("device 'cuda' requested but torch.cuda.is_available() is False")
+        if self.batch_size % self.workers:
+            raise ValueError(
+                f"batch_size must be a multiple of workers ({self.workers}), got {self.batch_size}"
+            )
+        if self.workers > 1 and self.optimizer in ("kfac", "smw"):
+            raise ValueError(
+                f"workers must be 1 for the third-party optimizer {self.optimizer!r}, "
+                f"got {self.workers}"
+            )
+        if self.data == "builtin:mnist1d" and self.model != "cnn1d":
+            raise ValueError(f"data 'builtin:mnist1d' needs model 'cnn1d', got {self.model!r}")
+
+
+def _config(config: TrainConfig | Mapping[str, Any]) -> TrainConfig:
+    if isinstance(config, TrainConfig):
+        cfg = TrainConfig(**asdict(config))
+    elif isinstance(config, Mapping):
+        known = {f.name for f in fields(TrainConfig)}
+        unknown = sorted(set(config) - known)
+        if unknown:
+            raise ValueError(f"config: unknown keys {unknown}; accepted are {sorted(known)}")
+        cfg = TrainConfig(**dict(config))
+    else:
+        raise ValueError(f"config must be a TrainConfig or a mapping, got {type(config).__name__}")
+    cfg.validate()
+    return cfg
+
+
+def train(config: TrainConfig | Mapping[str, Any]) -> dict[str, Any]:
+    """Train a reference model and return the summary (also written to ``out/summary.json``).
+
+    Parameters
+    ----------
+    config : TrainConfig or mapping
+        See :class:`TrainConfig`.
+
+    Returns
+    -------
+    dict
+        The summary described in the module docstring.
+    """
+    cfg = _config(config)
+    if cfg.workers == 1:
+        return _run(0, 1, asdict(cfg))
+    from .distributed import launch
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = cfg.out or tmp
+        params = asdict(cfg)
+        params["out"] = out
+        backend = "nccl" if cfg.device == "cuda" else "gloo"
+        launch(
+            _run_rank,
+            cfg.workers,
+            args=(params,),
+            backend=backend,
+            timeout=cfg.timeout,
+            threads=cfg.threads,
+        )
+        with open(os.path.join(out, "summary.json")) as f:
+            summary: dict[str, Any] = json.load(f)
+    return summary
+
+
+def _run_rank(rank: int, world: int, params: dict[str, Any]) -> None:
+    _run(rank, world, params)
+
+
+def _loss_and_correct(task: str, out: Tensor, y: Tensor) -> tuple[Tensor, int, int]:
+    if task == "classification":
+        loss = F.cross_entropy(out, y)
+        return loss, int((out.argmax(1) == y).sum()), y.numel()
+    loss = F.binary_cross_entropy_with_logits(out, y)
+    return loss, int(((out > 0).to(y.dtype) == y).sum()), y.numel()
+
+
+@torch.no_grad()
+def _evaluate(
+    model: nn.Module, data: Dataset, device: torch.device, batch: int
+) -> tuple[float, float]:
+    was = model.training
+    model.eval()
+    total_loss, correct, count = 0.0, 0, 0
+    for i in range(0, data.x_test.shape[0], batch):
+        x = data.x_test[i : i + batch].to(device)
+        y = data.y_test[i : i + batch].to(device)
+        loss, c, k = _loss_and_correct(data.task, model(x), y)
+        total_loss += float(loss) * x.shape[0]
+        correct += c
+        count += k
+    model.train(was)
+    return total_loss / data.x_test.shape[0], correct / max(1, count)
+
+
+def _run(rank: int, world: int, params: dict[str, Any]) -> dict[str, Any]:
+    from .models import build_model
+
+    cfg = TrainConfig(**params)
+    torch.set_num_threads(cfg.threads)
+    if cfg.device == "cuda":
+        device = torch.device("cuda", rank % max(1, torch.cuda.device_count()))
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    torch.manual_seed(cfg.seed)
+    data = load_dataset(cfg.data, cfg.model, seed=cfg.seed, n_train=cfg.n_train, n_test=cfg.n_test)
+    net = build_model(cfg.model).to(device)
+    model: nn.Module = net
+    comm = None
+    if world > 1:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        model = DDP(net, device_ids=[device.index] if device.type == "cuda" else None)
+        comm = TorchCommunicator()
+    n = data.x_train.shape[0]
+    steps_per_epoch = max(1, n // cfg.batch_size)  # drop the last partial batch
+    lr = cfg.lr if cfg.lr is not None else _DEFAULT_LR[cfg.optimizer]
+    opt = torch.optim.SGD(
+        model.parameters(), lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
+    )
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt,
+        warmup_multistep(
+            cfg.warmup_epochs * steps_per_epoch,
+            [e * steps_per_epoch for e in cfg.lr_decay_epochs],
+            cfg.lr_decay,
+        ),
+    )
+    damping: float | GeometricDamping = cfg.damping
+    if cfg.damping_target is not None:
+        decay_steps = max(1, (cfg.epochs - cfg.warmup_epochs) * steps_per_epoch)
+        damping = GeometricDamping(
+            start=cfg.damping,
+            target=cfg.damping_target,
+            warmup_steps=cfg.warmup_epochs * steps_per_epoch,
+            decay_updates=max(1, decay_steps // cfg.inv_update_steps),
+            update_every=cfg.inv_update_steps,
+        )
+    precond: HyLo | None = None
+    maker: Any = None
+    if cfg.optimizer in _HYLO:
+        precond = HyLo(
+            model,
+            method=_HYLO[cfg.optimizer],
+            rank_ratio=cfg.rank_ratio,
+            damping=damping,
+            inv_update_steps=cfg.inv_update_steps,
+            switch="auto" if cfg.kid_epochs is None else "epochs",
+            kid_epochs=[tuple(w) for w in (cfg.kid_epochs or [])],  # type: ignore[misc]
+            switch_threshold=cfg.switch_threshold,
+            communicator=comm,
+            kl_clip=cfg.kl_clip,
+            lr=lambda: float(opt.param_groups[0]["lr"]),
+            seed=cfg.seed,
+        )
+    elif cfg.optimizer in ("kfac", "smw"):
+        maker = _asdl_maker(cfg, net, cfg.batch_size)
+
+    local = cfg.batch_size // world
+    gen = torch.Generator().manual_seed(cfg.seed + 1)
+    metrics_path = os.path.join(cfg.out, "metrics.jsonl") if cfg.out and rank == 0 else None
+    if metrics_path:
+        os.makedirs(cfg.out or ".", exist_ok=True)
+        open(metrics_path, "w").close()
+    train_seconds = 0.0
+    tta: dict[str, float | None] = {t: None for t in THRESHOLDS}
+    acc, best = 0.0, 0.0
+    diverged = False
+    epochs_run = 0
+    for epoch in range(cfg.epochs):
+        if diverged:
+            break
+        epochs_run = epoch + 1
+        if precond is not None:
+            precond.set_epoch(epoch)
+        perm = torch.randperm(n, generator=gen)
+        model.train()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        loss_sum = 0.0
+        for s in range(steps_per_epoch):
+            idx = perm[s * cfg.batch_size : (s + 1) * cfg.batch_size]
+            idx = idx[rank * local : (rank + 1) * local]
+            x, y = data.x_train[idx].to(device), data.y_train[idx].to(device)
+            opt.zero_grad(set_to_none=True)
+            if maker is not None:
+                dummy = maker.setup_model_call(model, x)
+                loss_fn = (
+                    F.cross_entropy
+                    if data.task == "classification"
+                    else F.binary_cross_entropy_with_logits
+                )
+                maker.setup_loss_call(loss_fn, dummy, y)
+                try:
+                    _, loss = maker.forward_and_backward()
+                except torch.linalg.LinAlgError:  # the baseline's factors became non-finite
+                    diverged = True
+                    break
+            else:
+                loss, _, _ = _loss_and_correct(data.task, model(x), y)
+                loss.backward()
+                if precond is not None:
+                    precond.step()
+            if not math.isfinite(float(loss)):
+                diverged = True
+                break
+            opt.step()
+            sched.step()
+            loss_sum += float(loss)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        epoch_seconds = time.perf_counter() - t0
+        train_seconds += epoch_seconds
+        if rank != 0:
+            continue
+        if diverged:
+            acc = 0.0
+            break
+        test_loss, acc = _evaluate(net, data, device, 512)
+        best = max(best, acc)
+        for t in THRESHOLDS:
+            if tta[t] is None and acc >= float(t):
+                tta[t] = train_seconds
+        record: dict[str, Any] = {
+            "epoch": epoch + 1,
+            "train_loss": loss_sum / steps_per_epoch,
+            "test_loss": test_loss,
+            "test_accuracy": acc,
+            "epoch_seconds": epoch_seconds,
+            "train_seconds": train_seconds,
+            "lr": float(opt.param_groups[0]["lr"]),
+        }
+        if precond is not None:
+            record["damping"] = precond.current_damping()
+            record["methods"] = precond.method_counts
+        if metrics_path:
+            with open(metrics_path, "a") as f:
+                f.write(json.dumps(record) + "\n")
+    summary: dict[str, Any] = {
+        "optimizer": cfg.optimizer,
+        "model": cfg.model,
+        "data": cfg.data,
+        "epochs": cfg.epochs,
+        "epochs_run": epochs_run,
+        "diverged": diverged,
+        "workers": world,
+        "wall_seconds": train_seconds,
+        "test_accuracy": acc,
+        "best_test_accuracy": best,
+        "time_to_accuracy": tta,
+        "config": asdict(cfg),
+    }
+    if rank == 0 and cfg.out:
+        os.makedirs(cfg.out, exist_ok=True)
+        torch.save(net.state_dict(), os.path.join(cfg.out, "model.pt"))
+        tmp = os.path.join(cfg.out, "summary.json.tmp")
+        with open(tmp, "w") as f:
+            json.dump(summary, f, indent=2)
+        os.replace(tmp, os.path.join(cfg.out, "summary.json"))
+    return summary
+
+
+def _asdl_maker(cfg: TrainConfig, net: nn.Module, batch: int) -> Any:
+    try:
+        import asdl
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            f"optimizer {cfg.optimizer!r} needs the 'asdfghjkl' package (import asdl)"
+        ) from e
+    if cfg.optimizer == "kfac":
+        pc = asdl.PreconditioningConfig(
+            data_size=batch,
+            damping=cfg.damping,
+            preconditioner_upd_interval=cfg.inv_update_steps,
+            curvature_upd_interval=cfg.inv_update_steps,
+        )
+        return asdl.KfacGradientMaker(net, pc, fisher_type="fisher_emp")
+    return asdl.SmwEmpNaturalGradientMaker(
+        net, asdl.SmwEmpNaturalGradientConfig(data_size=batch, damping=cfg.damping)
+    )

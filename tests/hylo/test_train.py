@@ -1,0 +1,122 @@
+"""Reference models, datasets, the training entry and its CLI arguments."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+import torch
+
+from async_spark.hylo import HyLo
+from async_spark.hylo.cli_args import add_arguments, config_from_args
+from async_spark.hylo.data import load_dataset
+from async_spark.hylo.models import CNN1D, UNet, resnet32, resnet50_layer_shapes
+from async_spark.hylo.train import TrainConfig, train
+
+
+def test_reference_models_shapes_and_layers():
+    torch.manual_seed(0)
+    cnn = CNN1D()
+    assert cnn(torch.randn(2, 1, 1, 40)).shape == (2, 10)
+    assert [ly.name for ly in HyLo(cnn).layers] == ["conv1", "conv2", "conv3", "linear"]
+    r32 = resnet32()
+    assert r32(torch.randn(2, 3, 32, 32)).shape == (2, 10)
+    convs = [m for m in r32.modules() if isinstance(m, torch.nn.Conv2d)]
+    assert len(convs) == 31 and len(HyLo(r32).layers) == 32
+    unet = UNet()
+    assert unet(torch.randn(2, 3, 32, 32)).shape == (2, 1, 32, 32)
+    shapes = resnet50_layer_shapes()
+    assert len(shapes) == 54 and max(s[1] for s in shapes[:-1]) == 4608
+
+
+def test_datasets():
+    d = load_dataset("builtin:mnist1d", "cnn1d")
+    assert d.x_train.shape == (4000, 1, 1, 40) and d.x_test.shape == (1000, 1, 1, 40)
+    assert set(d.y_train.unique().tolist()) == set(range(10))
+    s = load_dataset("synthetic", "unet", n_train=4, n_test=2)
+    assert s.task == "segmentation" and s.y_train.shape == (4, 1, 32, 32)
+    with pytest.raises(ValueError, match="needs model 'cnn1d'"):
+        load_dataset("builtin:mnist1d", "unet")
+
+
+@pytest.mark.parametrize("optimizer", ["hylo", "sgd", "kfac", "smw"])
+def test_train_writes_outputs(optimizer, tmp_path):
+    pytest.importorskip("asdl") if optimizer in ("kfac", "smw") else None
+    out = tmp_path / optimizer
+    cfg = TrainConfig(
+        model="cnn1d",
+        data="synthetic",
+        optimizer=optimizer,
+        epochs=2,
+        batch_size=32,
+        n_train=64,
+        n_test=32,
+        inv_update_steps=1,
+        damping=0.3,
+        lr=0.05,
+        out=str(out),
+    )
+    summary = train(cfg)
+    on_disk = json.loads((out / "summary.json").read_text())
+    assert on_disk["optimizer"] == optimizer == summary["optimizer"]
+    for key in ("epochs", "wall_seconds", "test_accuracy"):
+        assert key in on_disk
+    assert set(on_disk["time_to_accuracy"]) == {"0.8", "0.85", "0.9"}
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == 2 and json.loads(lines[-1])["epoch"] == 2
+    state = torch.load(out / "model.pt", weights_only=True)
+    CNN1D().load_state_dict(state)
+    if optimizer == "hylo":
+        assert "methods" in json.loads(lines[0])
+
+
+def test_train_two_workers_unet(tmp_path):
+    summary = train(
+        {
+            "model": "unet",
+            "data": "synthetic",
+            "optimizer": "kis",
+            "epochs": 1,
+            "batch_size": 8,
+            "n_train": 16,
+            "n_test": 8,
+            "workers": 2,
+            "inv_update_steps": 1,
+            "out": str(tmp_path),
+            "timeout": 120,
+        }
+    )
+    assert summary["workers"] == 2 and 0.0 <= summary["test_accuracy"] <= 1.0
+    assert (tmp_path / "model.pt").exists()
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"optimizer": "adam"}, "optimizer must be one of"),
+        ({"model": "vgg"}, "model must be one of"),
+        ({"epochs": 0}, "epochs must be an integer >= 1"),
+        ({"damping": 0.0}, "damping must be a finite number > 0"),
+        ({"rank_ratio": 0.0}, r"rank_ratio must be a number in \(0, 1\]"),
+        ({"batch_size": 10, "workers": 3}, "batch_size must be a multiple of workers"),
+        ({"optimizer": "kfac", "workers": 2}, "workers must be 1"),
+        ({"model": "unet", "data": "builtin:mnist1d"}, "needs model 'cnn1d'"),
+        ({"colour": "red"}, "unknown keys"),
+    ],
+)
+def test_train_bad_config(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        train(kwargs)
+
+
+def test_cli_arguments_round_trip():
+    parser = add_arguments(argparse.ArgumentParser())
+    args = parser.parse_args(
+        "--model resnet32 --data synthetic --optimizer kid --epochs 3 --batch-size 64 "
+        "--lr 0.2 --workers 2 --kid-epochs 0-2,5-6 --lr-decay-epochs 2".split()
+    )
+    cfg = config_from_args(args)
+    assert cfg["kid_epochs"] == [[0, 2], [5, 6]] and cfg["lr_decay_epochs"] == [2]
+    TrainConfig(**cfg).validate()
+    assert TrainConfig(**cfg).workers == 2
