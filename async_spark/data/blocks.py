@@ -68,6 +68,10 @@ class DatasetDescriptor:
     sparse: bool
     nnz: int | None = None
     num_classes: int | None = None
+    #: max_i ||x_i||^2 over the rows as loaded (after standardization); for step-size rules.
+    max_row_norm_sq: float | None = None
+    #: original label value of each class index (classification losses), else None.
+    classes: tuple[float, ...] | None = None
 
     @property
     def num_blocks(self) -> int:

@@ -1,0 +1,235 @@
+"""One entry point from a dataset spec to (block source, descriptor): :func:`open_dataset`."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+from urllib.parse import parse_qsl
+
+import numpy as np
+
+from async_spark.data.arrays import array_source
+from async_spark.data.blocks import BlockSource, DatasetDescriptor
+from async_spark.data.builtin import SMALL_DATASETS, small_dataset, synthetic_source
+from async_spark.data.errors import DataError
+from async_spark.data.libsvm import LibsvmSource, libsvm_source
+from async_spark.data.parquet import ParquetSource, parquet_source
+from async_spark.data.transform import (
+    LOSSES,
+    TransformedSource,
+    label_mapping,
+    scan_blocks,
+)
+
+__all__ = ["FORMATS", "DEFAULT_DATA", "open_dataset", "parse_builtin_spec"]
+
+FORMATS = ("auto", "libsvm", "parquet")
+DEFAULT_DATA = "builtin:synthetic"
+_SYNTHETIC_PARAMS = {"n": int, "d": int, "density": float, "nnz": float, "seed": int}
+
+
+def parse_builtin_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """``"builtin:name?k=v&..."`` -> ``(name, {k: v})`` with typed values.
+
+    Raises
+    ------
+    ValueError
+        Unknown dataset, unknown parameter or a value of the wrong type (naming the parameter
+        and what it accepts).
+    """
+    body = spec[len("builtin:") :]
+    name, _, query = body.partition("?")
+    allowed: dict[str, type] = (
+        _SYNTHETIC_PARAMS if name == "synthetic" else {"num_samples": int, "seed": int}
+    )
+    if name != "synthetic" and name not in SMALL_DATASETS:
+        raise ValueError(
+            f"unknown built-in dataset {name!r}; choose from synthetic, {', '.join(SMALL_DATASETS)}"
+        )
+    params: dict[str, Any] = {}
+    for key, raw in parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query)):
+        if key not in allowed or (name in ("breast_cancer", "digits")):
+            ok = ", ".join(allowed) if name not in ("breast_cancer", "digits") else "none"
+            raise ValueError(f"builtin:{name}: unknown parameter {key!r}; allowed: {ok}")
+        try:
+            params[key] = allowed[key](raw)
+        except ValueError:
+            raise ValueError(
+                f"builtin:{name}: parameter {key} must be {allowed[key].__name__}, got {raw!r}"
+            ) from None
+    return name, params
+
+
+def _check_int(name: str, value: Any, lo: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < lo:
+        raise ValueError(f"{name} must be an integer >= {lo}, got {value!r}")
+    return int(value)
+
+
+def _is_parquet(path: str) -> bool:
+    if path.endswith(".parquet"):
+        return True
+    if os.path.isdir(path):
+        return any(
+            n.endswith(".parquet") and not n.startswith((".", "_")) for n in os.listdir(path)
+        )
+    return False
+
+
+def open_dataset(
+    spec: str | tuple[Any, Any] | None,
+    num_blocks: int,
+    *,
+    format: str = "auto",
+    num_features: int | None = None,
+    standardize: bool = False,
+    loss: str | None = None,
+    dense: bool | None = None,
+    features_column: str = "features",
+    label_column: str = "label",
+    staging_dir: str | None = None,
+) -> tuple[BlockSource, DatasetDescriptor]:
+    """Open a dataset as ``num_blocks`` blocks and describe it.
+
+    Parameters
+    ----------
+    spec : str, (X, y) or None
+        - ``"builtin:synthetic[?n=&d=&density=|nnz=&seed=]"`` (the default when None): seeded
+          rcv1-like sparse binary data generated on the executors (n=100000, d=10000,
+          density=0.005, i.e. ~50 nonzeros per row, seed=0);
+        - ``"builtin:breast_cancer"``, ``"builtin:digits"`` (scikit-learn),
+          ``"builtin:mnist1d[?num_samples=&seed=]"`` (the ``mnist1d`` package);
+        - a LIBSVM file or a directory of part files; a Parquet file or directory
+          (``file://`` prefix allowed; paths must be visible to every executor);
+        - a pair ``(X, y)`` of a 2-D ndarray or scipy sparse matrix and labels, staged once to
+          ``staging_dir`` as ``.npy`` files that the workers memory-map.
+    num_blocks : int >= 1
+        P, the number of blocks (row ranges of near-equal size).
+    format : {"auto", "libsvm", "parquet"}
+        File format; "auto" picks Parquet for ``*.parquet`` paths or directories holding them.
+    num_features : int or None
+        d. LIBSVM: indices must lie in ``[1, d]``; None infers ``d`` = the largest index
+        (during the scan). Parquet: every vector must have this size.
+    standardize : bool
+        Scale columns to unit variance (and center them when dense); see
+        :mod:`async_spark.data.transform` for why sparse data is not centered.
+    loss : {"logistic", "squares", "softmax"} or None
+        Validate and map labels for this loss (see :mod:`async_spark.data.transform`).
+    dense : bool or None
+        Force dense (True) or CSR (False) blocks; None keeps the source's layout (CSR for
+        LIBSVM, Parquet vectors and synthetic; dense for arrays and the small built-ins).
+
+    Returns
+    -------
+    (BlockSource, DatasetDescriptor)
+        The picklable source for the tasks and the driver's description (n, d, rows per block,
+        nnz, classes, max squared row norm).
+
+    Notes
+    -----
+    The driver loads every block once (not cached) to check labels and values, infer ``d`` and
+    compute the statistics; with ``standardize`` a second pass measures the row norms of the
+    standardized rows. For files this is one full parse on the driver.
+    """
+    P = _check_int("num_blocks", num_blocks, 1)
+    if format not in FORMATS:
+        raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
+    if loss is not None and loss not in LOSSES:
+        raise ValueError(f"loss must be one of {', '.join(LOSSES)} or None, got {loss!r}")
+    if num_features is not None:
+        num_features = _check_int("num_features", num_features, 1)
+    if dense not in (None, True, False):
+        raise ValueError(f"dense must be True, False or None, got {dense!r}")
+    if spec is None:
+        spec = DEFAULT_DATA
+
+    source: BlockSource
+    where: str
+    if isinstance(spec, tuple | list):
+        if len(spec) != 2:
+            raise ValueError(f"array input must be a pair (X, y), got {len(spec)} items")
+        X, y = spec
+        if num_features is not None and X.shape[1] != num_features:
+            raise DataError(f"X: has {X.shape[1]} columns, num_features={num_features}")
+        source = array_source(X, y, P, staging_dir=staging_dir, dense=dense)
+        where = "arrays (X, y)"
+    elif isinstance(spec, str) and spec.startswith("builtin:"):
+        name, params = parse_builtin_spec(spec)
+        where = spec
+        if name == "synthetic":
+            if "nnz" in params:
+                if "density" in params:
+                    raise ValueError("builtin:synthetic: give density or nnz, not both")
+                params["density"] = params.pop("nnz") / params.get("d", 10_000)
+            source = synthetic_source(P, dense=bool(dense), **params)
+        else:
+            source = small_dataset(name, P, params=params, dense=dense is not False)
+    elif isinstance(spec, str):
+        path = spec[len("file://") :] if spec.startswith("file://") else spec
+        kind = format if format != "auto" else ("parquet" if _is_parquet(path) else "libsvm")
+        where = path
+        if kind == "parquet":
+            source = parquet_source(
+                path,
+                P,
+                features=features_column,
+                label=label_column,
+                num_features=num_features,
+                dense=dense,
+            )
+            where = f"{path} column {label_column!r}"
+        else:
+            source = libsvm_source(path, P, num_features=num_features, dense=False)
+    else:
+        raise TypeError(f"spec must be a string, a pair (X, y) or None, got {type(spec).__name__}")
+
+    scan = scan_blocks(source, moments=standardize)
+    if isinstance(source, ParquetSource) and len(scan.widths) > 1:
+        raise DataError(
+            f"{where.split(' column')[0]}: feature-count mismatch between parts: column"
+            f" {features_column!r} has vectors of sizes {sorted(scan.widths)}"
+        )
+    d = num_features if num_features is not None else scan.width
+    if d < 1:
+        raise DataError(f"{where}: no features (every row is empty); give num_features")
+    final_sparse = scan.sparse
+    if isinstance(source, LibsvmSource):  # scanned as CSR; now fix d and the layout
+        source = dataclasses.replace(source, num_features=d, dense=bool(dense))
+        final_sparse = not dense
+    elif isinstance(source, ParquetSource) and source.num_features is None:
+        source = dataclasses.replace(source, num_features=d)
+
+    classes = label_mapping(loss, scan.labels, where)
+    mean = scale = None
+    if standardize:
+        if scan.mean is None or scan.m2 is None:
+            raise DataError(f"{where}: empty input")
+        m = np.zeros(d)
+        q = np.zeros(d)
+        m[: scan.mean.size] = scan.mean
+        q[: scan.m2.size] = scan.m2
+        std = np.sqrt(np.maximum(q / scan.count, 0.0))
+        scale = np.where(std > 0, std, 1.0)
+        mean = None if final_sparse else m
+    identity = classes is not None and classes == tuple(float(k) for k in range(len(classes)))
+    label_map = None if identity else classes
+    if label_map is not None or scale is not None:
+        source = TransformedSource(source, label_map, mean, scale)
+    max_norm = scan.max_row_norm_sq
+    nnz = scan.nnz
+    if standardize:
+        after = scan_blocks(source)
+        max_norm, nnz = after.max_row_norm_sq, after.nnz
+    desc = DatasetDescriptor(
+        dataset_id=source.dataset_id,
+        n=scan.n,
+        d=int(d),
+        rows_per_block=tuple(scan.rows_per_block),
+        sparse=bool(final_sparse),
+        nnz=int(nnz),
+        num_classes=None if classes is None else len(classes),
+        max_row_norm_sq=float(max_norm),
+        classes=classes,
+    )
+    return source, desc

@@ -1,0 +1,217 @@
+"""The driver's scan over blocks, label conventions per loss, and standardization.
+
+Label conventions (applied on load by :class:`TransformedSource`)
+----------------------------------------------------------------
+- ``logistic``: exactly two distinct label values ``a < b``, mapped ``a -> 0``, ``b -> 1``
+  (so {-1, 1}, {0, 1}, {1, 2} all become {0, 1}; the loss is written for y in {0, 1}).
+- ``softmax``: integer labels; if the distinct values are exactly ``0..K-1`` they are kept,
+  otherwise the sorted distinct values are mapped to ``0..K-1`` (e.g. 1..10 -> 0..9).
+  At least 2 and at most :data:`MAX_CLASSES` classes.
+- ``squares``: any finite value, unchanged.
+
+The descriptor's ``classes`` holds the original value of each class index.
+
+Standardization
+---------------
+Dense data: ``x_j <- (x_j - mean_j) / std_j``. Sparse data: ``x_j <- x_j / std_j`` only; centering
+would turn every implicit zero into ``-mean_j`` and make the matrix dense (memory and time grow
+by ``d / nnz_per_row``), and with an intercept in the model a shift of the columns changes
+nothing but the intercept and the conditioning. Columns with ``std_j = 0`` are left unscaled.
+Moments are merged across blocks with Chan et al.'s pairwise update (one pass, stable).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from async_spark.data.blocks import Block, BlockSource
+from async_spark.data.errors import DataError
+
+__all__ = [
+    "LOSSES",
+    "MAX_CLASSES",
+    "ScanResult",
+    "TransformedSource",
+    "label_mapping",
+    "scan_blocks",
+    "row_norms_sq",
+]
+
+LOSSES = ("logistic", "squares", "softmax")
+MAX_CLASSES = 1000
+_MAX_DISTINCT = 100_000  # stop collecting distinct labels beyond this (regression targets)
+
+
+def row_norms_sq(X: Any) -> np.ndarray:
+    """Squared Euclidean norm of every row of a dense or CSR matrix."""
+    if sp.issparse(X):
+        X = sp.csr_matrix(X)
+        return np.bincount(
+            np.repeat(np.arange(X.shape[0]), np.diff(X.indptr)),
+            weights=X.data * X.data,
+            minlength=X.shape[0],
+        )
+    X = np.asarray(X)
+    return np.einsum("ij,ij->i", X, X)
+
+
+@dataclass
+class ScanResult:
+    """What one pass over the blocks finds."""
+
+    rows_per_block: list[int] = field(default_factory=list)
+    width: int = 0
+    widths: set[int] = field(default_factory=set)
+    nnz: int = 0
+    sparse: bool = False
+    labels: np.ndarray | None = field(default_factory=lambda: np.zeros(0))
+    max_row_norm_sq: float = 0.0
+    count: int = 0
+    mean: np.ndarray | None = None
+    m2: np.ndarray | None = None
+
+    @property
+    def n(self) -> int:
+        return int(sum(self.rows_per_block))
+
+
+def _pad(a: np.ndarray, d: int) -> np.ndarray:
+    return a if a.size >= d else np.concatenate([a, np.zeros(d - a.size)])
+
+
+def scan_blocks(source: BlockSource, *, moments: bool = False) -> ScanResult:
+    """Load every block once (on the driver, not cached) and collect the dataset's statistics.
+
+    Parameters
+    ----------
+    moments : bool
+        Also accumulate the column means and centered second moments (for standardization).
+    """
+    res = ScanResult()
+    for p in range(source.num_blocks):
+        blk = source.load(p)
+        X, y = blk.X, blk.y
+        rows, width = X.shape
+        res.rows_per_block.append(int(rows))
+        res.widths.add(int(width))
+        res.width = max(res.width, int(width))
+        res.sparse = res.sparse or sp.issparse(X)
+        res.nnz += int(X.nnz) if sp.issparse(X) else int(np.count_nonzero(X))
+        if rows:
+            res.max_row_norm_sq = max(res.max_row_norm_sq, float(row_norms_sq(X).max()))
+        if res.labels is not None:
+            res.labels = np.union1d(res.labels, np.unique(y))
+            if res.labels.size > _MAX_DISTINCT:
+                res.labels = None
+        if moments and rows:
+            if sp.issparse(X):
+                s1 = np.asarray(X.sum(axis=0)).ravel()
+                s2 = np.asarray(X.multiply(X).sum(axis=0)).ravel()
+                mean_b = s1 / rows
+                m2_b = s2 - rows * mean_b * mean_b
+            else:
+                mean_b = X.mean(axis=0)
+                m2_b = ((X - mean_b) ** 2).sum(axis=0)
+            if res.mean is None or res.m2 is None:
+                res.mean, res.m2, res.count = mean_b.copy(), m2_b.copy(), rows
+            else:
+                d = max(res.mean.size, mean_b.size)
+                ma, mb = _pad(res.mean, d), _pad(mean_b, d)
+                qa, qb = _pad(res.m2, d), _pad(m2_b, d)
+                na, nb = res.count, rows
+                delta = mb - ma
+                res.mean = ma + delta * (nb / (na + nb))
+                res.m2 = qa + qb + delta * delta * (na * nb / (na + nb))
+                res.count = na + nb
+    return res
+
+
+def label_mapping(
+    loss: str | None, labels: np.ndarray | None, where: str
+) -> tuple[float, ...] | None:
+    """The class values for ``loss`` (index = class id), or None for no mapping.
+
+    Raises
+    ------
+    DataError
+        The label set does not fit the loss; the message starts with ``where`` (the file,
+        column or array) and lists the values found.
+    """
+    if loss is None or loss == "squares":
+        return None
+    if labels is None:
+        raise DataError(
+            f"{where}: more than {_MAX_DISTINCT} distinct labels; loss {loss!r} needs classes"
+        )
+    shown = ", ".join(f"{v:g}" for v in labels[:10]) + (", ..." if labels.size > 10 else "")
+    if loss == "logistic":
+        if labels.size != 2:
+            hint = "; use loss='softmax'" if labels.size > 2 else ""
+            raise DataError(
+                f"{where}: loss 'logistic' needs exactly 2 label values, found {labels.size}"
+                f" ({shown}){hint}"
+            )
+        return (float(labels[0]), float(labels[1]))
+    if loss == "softmax":
+        if np.any(labels != np.round(labels)):
+            bad = labels[labels != np.round(labels)][0]
+            raise DataError(f"{where}: loss 'softmax' needs integer class labels, found {bad:g}")
+        if not 2 <= labels.size <= MAX_CLASSES:
+            raise DataError(
+                f"{where}: loss 'softmax' needs 2..{MAX_CLASSES} classes, found {labels.size} ({shown})"
+            )
+        return tuple(float(v) for v in labels)
+    raise ValueError(f"loss must be one of {', '.join(LOSSES)} or None, got {loss!r}")
+
+
+@dataclass(frozen=True, eq=False)
+class TransformedSource(BlockSource):
+    """Another source with its labels mapped to class indices and/or its columns standardized.
+
+    Carries two d-vectors (``mean``, ``scale``) when standardizing; everything else is plain.
+    """
+
+    inner: BlockSource
+    classes: tuple[float, ...] | None = None
+    mean: np.ndarray | None = None  # None for sparse (no centering) or no standardization
+    scale: np.ndarray | None = None
+
+    @property
+    def dataset_id(self) -> str:
+        h = hashlib.blake2b(digest_size=10)
+        h.update(repr(self.classes).encode())
+        for a in (self.mean, self.scale):
+            h.update(b"-" if a is None else np.ascontiguousarray(a).tobytes())
+        return f"{self.inner.dataset_id}+{h.hexdigest()}"
+
+    @property
+    def num_blocks(self) -> int:
+        return self.inner.num_blocks
+
+    def load(self, index: int) -> Block:
+        blk = self.inner.load(index)
+        X, y = blk.X, blk.y
+        if self.classes is not None:
+            cls = np.asarray(self.classes)
+            k = np.searchsorted(cls, y)
+            k = np.minimum(k, cls.size - 1)
+            if not np.array_equal(cls[k], y):
+                bad = y[cls[k] != y][0]
+                raise DataError(
+                    f"block {index}: label {bad:g} is not one of the classes {self.classes}"
+                )
+            y = k.astype(np.float64)
+        if self.scale is not None:
+            inv = 1.0 / self.scale
+            if sp.issparse(X):
+                X = sp.csr_matrix(X, copy=True)
+                X.data = X.data * inv[X.indices]
+            else:
+                X = np.asarray(X, dtype=np.float64)
+                X = (X - self.mean) * inv if self.mean is not None else X * inv
+        return Block(X, np.asarray(y, dtype=np.float64), blk.row_offset)
