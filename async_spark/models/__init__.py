@@ -1,1 +1,51 @@
-"""async_spark.models."""
+"""async_spark.models: losses and regularizers as pure numpy/scipy functions (no Spark).
+
+See :mod:`async_spark.models.linear` for the objective, the GLM trick and the flat parameter
+layout.
+"""
+
+from async_spark.models.linear import (
+    LOSSES,
+    LinearModel,
+    block_gradient_sum,
+    block_loss_sum,
+    elastic_net,
+    full_gradient,
+    gradient_from_scalars,
+    init_params,
+    loss_derivatives,
+    loss_values,
+    margins,
+    max_squared_row_norm,
+    objective,
+    pack_params,
+    prox_l1,
+    regularizer,
+    regularizer_gradient,
+    sample_scalars,
+    sample_smoothness,
+    split_params,
+)
+
+__all__ = [
+    "LOSSES",
+    "LinearModel",
+    "elastic_net",
+    "init_params",
+    "split_params",
+    "pack_params",
+    "margins",
+    "loss_values",
+    "loss_derivatives",
+    "block_loss_sum",
+    "block_gradient_sum",
+    "sample_scalars",
+    "gradient_from_scalars",
+    "regularizer",
+    "regularizer_gradient",
+    "prox_l1",
+    "objective",
+    "full_gradient",
+    "max_squared_row_norm",
+    "sample_smoothness",
+]

@@ -1,0 +1,398 @@
+r"""Generalized linear models as pure numpy/scipy functions of (block, parameters).
+
+Objective (reported everywhere)
+-------------------------------
+.. math::
+
+    F(\theta) = \frac1n \sum_{i=1}^n f_i(\theta) + \frac{\lambda_2}{2}\|W\|_F^2 + \lambda_1 \|W\|_1,
+    \qquad f_i(\theta) = \ell(W x_i + b,\; y_i),
+
+with the intercept :math:`b` unpenalized. Losses :math:`\ell(z, y)`:
+
+- ``logistic`` (y in {0, 1}): :math:`\log(1 + e^{z}) - y z`, derivative :math:`\sigma(z) - y`;
+- ``squares`` (y real): :math:`\tfrac12 (z - y)^2`, derivative :math:`z - y`;
+- ``softmax`` (y in {0..K-1}, z in R^K): :math:`\log\sum_k e^{z_k} - z_y`, derivative
+  :math:`\operatorname{softmax}(z) - e_y`.
+
+The GLM trick
+-------------
+:math:`\nabla f_i(\theta) = \phi_i \otimes \tilde x_i` with :math:`\tilde x_i = (x_i, 1)` and the
+*scalar* :math:`\phi_i = \ell'(W x_i + b, y_i)` (a K-vector for softmax). SAGA stores only
+:math:`\phi_i` per sample and rebuilds old gradients from the local rows.
+
+Parameter layout (one flat float64 vector)
+------------------------------------------
+``theta = [W.ravel(), b]`` with ``W`` of shape ``(K, d)`` (row-major) and ``b`` of shape ``(K,)``,
+where ``K = 1`` for logistic/squares and ``K = num_classes`` for softmax; length ``K (d + 1)``.
+:func:`split_params` returns ``(w (d,), b float)`` or ``(W (K, d), b (K,))``. With
+``fit_intercept=False`` the intercept slots stay 0 (their gradient is masked).
+
+Layers: :class:`LinearModel` validates the parameters; the public functions check shapes and
+dispatch; ``_xw`` / ``_xt_r`` are the dense and CSR kernels (float64).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.special import expit, logsumexp
+
+from async_spark.data.blocks import Block
+
+__all__ = [
+    "LOSSES",
+    "LinearModel",
+    "elastic_net",
+    "init_params",
+    "split_params",
+    "pack_params",
+    "margins",
+    "loss_values",
+    "loss_derivatives",
+    "block_loss_sum",
+    "block_gradient_sum",
+    "sample_scalars",
+    "gradient_from_scalars",
+    "regularizer",
+    "regularizer_gradient",
+    "prox_l1",
+    "objective",
+    "full_gradient",
+    "max_squared_row_norm",
+    "sample_smoothness",
+]
+
+LOSSES = ("logistic", "squares", "softmax")
+
+
+def _nonneg(name: str, value: Any) -> float:
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}") from None
+    if not (math.isfinite(v) and v >= 0.0):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    return v
+
+
+@dataclass(frozen=True)
+class LinearModel:
+    """A linear model: loss, sizes and regularization (validated on construction).
+
+    Parameters
+    ----------
+    loss : {"logistic", "squares", "softmax"}
+    num_features : int >= 1
+        d.
+    num_classes : int >= 2 or None
+        K, required for softmax; must be None or 2 for logistic and None for squares.
+    l2, l1 : float >= 0
+        Penalties :math:`\\tfrac{\\lambda_2}{2}\\|W\\|^2 + \\lambda_1\\|W\\|_1` (not on ``b``).
+    fit_intercept : bool
+    """
+
+    loss: str
+    num_features: int
+    num_classes: int | None = None
+    l2: float = 0.0
+    l1: float = 0.0
+    fit_intercept: bool = True
+
+    def __post_init__(self) -> None:
+        if self.loss not in LOSSES:
+            raise ValueError(f"loss must be one of {', '.join(LOSSES)}, got {self.loss!r}")
+        d = self.num_features
+        if isinstance(d, bool) or not isinstance(d, int | np.integer) or d < 1:
+            raise ValueError(f"num_features must be an integer >= 1, got {d!r}")
+        K = self.num_classes
+        if self.loss == "softmax":
+            if isinstance(K, bool) or not isinstance(K, int | np.integer) or K < 2:
+                raise ValueError(f"num_classes must be an integer >= 2 for softmax, got {K!r}")
+        elif self.loss == "logistic" and K not in (None, 2):
+            raise ValueError(f"num_classes must be None or 2 for logistic, got {K!r}")
+        elif self.loss == "squares" and K is not None:
+            raise ValueError(f"num_classes must be None for squares, got {K!r}")
+        object.__setattr__(self, "l2", _nonneg("l2", self.l2))
+        object.__setattr__(self, "l1", _nonneg("l1", self.l1))
+        if not isinstance(self.fit_intercept, bool):
+            raise ValueError(f"fit_intercept must be True or False, got {self.fit_intercept!r}")
+
+    @property
+    def outputs(self) -> int:
+        """K: columns of the margin (1 except for softmax)."""
+        return int(self.num_classes) if self.loss == "softmax" else 1  # type: ignore[arg-type]
+
+    @property
+    def num_params(self) -> int:
+        """Length of the flat parameter vector, ``K (d + 1)``."""
+        return self.outputs * (self.num_features + 1)
+
+    @property
+    def scalar_shape(self) -> tuple[int, ...]:
+        """Shape of one sample's loss derivative: ``()`` or ``(K,)``."""
+        return (self.outputs,) if self.loss == "softmax" else ()
+
+
+def elastic_net(alpha: float, l1_ratio: float) -> tuple[float, float]:
+    r"""``(l1, l2)`` for the elastic net :math:`\alpha(\rho\|w\|_1 + \tfrac{1-\rho}{2}\|w\|^2)`.
+
+    The scikit-learn / glmnet parametrization: ``l1 = alpha * l1_ratio``,
+    ``l2 = alpha * (1 - l1_ratio)``.
+    """
+    a = _nonneg("alpha", alpha)
+    r = _nonneg("l1_ratio", l1_ratio)
+    if r > 1.0:
+        raise ValueError(f"l1_ratio must be in [0, 1], got {l1_ratio!r}")
+    return a * r, a * (1.0 - r)
+
+
+# --- parameter layout --------------------------------------------------------------------------
+
+
+def init_params(model: LinearModel) -> np.ndarray:
+    """Zeros of length ``model.num_params``."""
+    return np.zeros(model.num_params)
+
+
+def _check_theta(model: LinearModel, theta: np.ndarray) -> np.ndarray:
+    theta = np.asarray(theta, dtype=np.float64)
+    if theta.shape != (model.num_params,):
+        raise ValueError(f"theta must have shape ({model.num_params},), got {theta.shape}")
+    return theta
+
+
+def _wb(model: LinearModel, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    K, d = model.outputs, model.num_features
+    return theta[: K * d].reshape(K, d), theta[K * d :]
+
+
+def split_params(model: LinearModel, theta: np.ndarray) -> tuple[np.ndarray, Any]:
+    """``(weights, intercept)``: ``(w (d,), float)`` or for softmax ``(W (K, d), b (K,))``."""
+    W, b = _wb(model, _check_theta(model, theta))
+    if model.loss == "softmax":
+        return W.copy(), b.copy()
+    return W[0].copy(), float(b[0])
+
+
+def pack_params(model: LinearModel, weights: Any, intercept: Any) -> np.ndarray:
+    """Inverse of :func:`split_params`."""
+    W = np.asarray(weights, dtype=np.float64).reshape(model.outputs, model.num_features)
+    b = np.asarray(intercept, dtype=np.float64).reshape(model.outputs)
+    return np.concatenate([W.ravel(), b])
+
+
+# --- kernels (dense / CSR, float64) ------------------------------------------------------------
+
+
+def _rows(X: Any, rows: np.ndarray | None) -> Any:
+    if rows is None:
+        return X
+    return X[rows]  # ndarray fancy indexing, or CSR row selection (a new CSR)
+
+
+def _xw(X: Any, W: np.ndarray) -> np.ndarray:
+    """``X @ W.T`` -> (rows, K) for dense or CSR ``X``."""
+    if sp.issparse(X):
+        return np.asarray(X @ W.T)
+    return np.asarray(X, dtype=np.float64) @ W.T
+
+
+def _xt_r(X: Any, R: np.ndarray) -> np.ndarray:
+    """``R.T @ X`` -> (K, d) for dense or CSR ``X`` and ``R`` of shape (rows, K)."""
+    if sp.issparse(X):
+        return np.asarray(X.T @ R).T
+    return R.T @ np.asarray(X, dtype=np.float64)
+
+
+def _as2d(model: LinearModel, r: np.ndarray) -> np.ndarray:
+    return r.reshape(-1, model.outputs)
+
+
+def _pack_grad(model: LinearModel, G: np.ndarray, gb: np.ndarray) -> np.ndarray:
+    out = np.empty(model.num_params)
+    K, d = model.outputs, model.num_features
+    out[: K * d] = G.ravel()
+    out[K * d :] = gb if model.fit_intercept else 0.0
+    return out
+
+
+# --- per-sample loss and derivative ------------------------------------------------------------
+
+
+def margins(model: LinearModel, X: Any, theta: np.ndarray) -> np.ndarray:
+    """:math:`z = X W^T + b`: shape (rows,) or (rows, K) for softmax."""
+    W, b = _wb(model, _check_theta(model, theta))
+    if X.shape[1] != model.num_features:
+        raise ValueError(f"X has {X.shape[1]} columns, the model {model.num_features} features")
+    Z = _xw(X, W) + b
+    return Z if model.loss == "softmax" else Z[:, 0]
+
+
+def _labels_int(y: np.ndarray, K: int) -> np.ndarray:
+    k = y.astype(np.int64)
+    if k.size and (k.min() < 0 or k.max() >= K):
+        raise ValueError(
+            f"softmax labels must be class indices in [0, {K}), got {k.min()}..{k.max()}"
+        )
+    return k
+
+
+def loss_values(model: LinearModel, z: np.ndarray, y: np.ndarray) -> np.ndarray:
+    r"""Per-sample :math:`\ell(z_i, y_i)` (shape (rows,))."""
+    if model.loss == "logistic":
+        return np.logaddexp(0.0, z) - y * z
+    if model.loss == "squares":
+        return 0.5 * (z - y) ** 2
+    k = _labels_int(y, model.outputs)
+    return logsumexp(z, axis=1) - z[np.arange(z.shape[0]), k]
+
+
+def loss_derivatives(model: LinearModel, z: np.ndarray, y: np.ndarray) -> np.ndarray:
+    r"""Per-sample :math:`\phi_i = \partial_z \ell(z_i, y_i)`: (rows,) or (rows, K)."""
+    if model.loss == "logistic":
+        return expit(z) - y
+    if model.loss == "squares":
+        return z - y
+    k = _labels_int(y, model.outputs)
+    P = np.exp(z - logsumexp(z, axis=1, keepdims=True))
+    P[np.arange(z.shape[0]), k] -= 1.0
+    return P
+
+
+# --- per-block sums -----------------------------------------------------------------------------
+
+
+def block_loss_sum(
+    model: LinearModel, block: Block, theta: np.ndarray, rows: np.ndarray | None = None
+) -> float:
+    r""":math:`\sum_{i \in S} f_i(\theta)` over block rows ``rows`` (local indices; None = all)."""
+    X = _rows(block.X, rows)
+    y = block.y if rows is None else block.y[rows]
+    if y.size == 0:
+        return 0.0
+    return float(loss_values(model, margins(model, X, theta), y).sum())
+
+
+def sample_scalars(
+    model: LinearModel, block: Block, theta: np.ndarray, rows: np.ndarray | None = None
+) -> np.ndarray:
+    r"""The GLM scalars :math:`\phi_i(\theta)` of block rows ``rows``: (m,) or (m, K)."""
+    X = _rows(block.X, rows)
+    y = block.y if rows is None else block.y[rows]
+    return loss_derivatives(model, margins(model, X, theta), y)
+
+
+def gradient_from_scalars(
+    model: LinearModel, block: Block, scalars: np.ndarray, rows: np.ndarray | None = None
+) -> np.ndarray:
+    r""":math:`\sum_{i \in S} \phi_i \otimes (x_i, 1)` as a flat vector (intercept masked if
+    ``fit_intercept`` is False)."""
+    X = _rows(block.X, rows)
+    R = _as2d(model, np.asarray(scalars, dtype=np.float64))
+    if R.shape[0] != X.shape[0]:
+        raise ValueError(f"scalars has {R.shape[0]} rows, the selection {X.shape[0]}")
+    if R.shape[0] == 0:
+        return np.zeros(model.num_params)
+    return _pack_grad(model, _xt_r(X, R), R.sum(axis=0))
+
+
+def block_gradient_sum(
+    model: LinearModel, block: Block, theta: np.ndarray, rows: np.ndarray | None = None
+) -> np.ndarray:
+    r""":math:`\sum_{i \in S} \nabla f_i(\theta)` over block rows ``rows`` (data part, no penalty)."""
+    X = _rows(block.X, rows)
+    y = block.y if rows is None else block.y[rows]
+    if y.size == 0:
+        return np.zeros(model.num_params)
+    R = _as2d(model, loss_derivatives(model, margins(model, X, theta), y))
+    return _pack_grad(model, _xt_r(X, R), R.sum(axis=0))
+
+
+# --- regularizer --------------------------------------------------------------------------------
+
+
+def regularizer(model: LinearModel, theta: np.ndarray) -> float:
+    r""":math:`\tfrac{\lambda_2}{2}\|W\|^2 + \lambda_1\|W\|_1` (intercept excluded)."""
+    W, _ = _wb(model, _check_theta(model, theta))
+    return float(0.5 * model.l2 * np.dot(W.ravel(), W.ravel()) + model.l1 * np.abs(W).sum())
+
+
+def regularizer_gradient(model: LinearModel, theta: np.ndarray) -> np.ndarray:
+    r"""Gradient of the smooth part :math:`\lambda_2 W` (zeros on the intercept)."""
+    theta = _check_theta(model, theta)
+    g = model.l2 * theta
+    g[model.outputs * model.num_features :] = 0.0
+    return g
+
+
+def prox_l1(model: LinearModel, theta: np.ndarray, step: float) -> np.ndarray:
+    r"""Proximal map of :math:`\gamma\lambda_1\|W\|_1`: soft thresholding of the weights,
+    :math:`\operatorname{sign}(w)\max(|w| - \gamma\lambda_1, 0)`; the intercept is unchanged.
+    Returns ``theta`` itself when ``l1 == 0``."""
+    if model.l1 == 0.0:
+        return theta
+    t = step * model.l1
+    out = np.array(theta, dtype=np.float64)
+    m = model.outputs * model.num_features
+    w = out[:m]
+    out[:m] = np.sign(w) * np.maximum(np.abs(w) - t, 0.0)
+    return out
+
+
+# --- whole dataset ------------------------------------------------------------------------------
+
+
+def objective(model: LinearModel, theta: np.ndarray, blocks: Iterable[Block]) -> float:
+    r""":math:`F(\theta) = \frac1n\sum_i f_i(\theta) + \frac{\lambda_2}{2}\|W\|^2 + \lambda_1\|W\|_1`."""
+    total, n = 0.0, 0
+    for blk in blocks:
+        total += block_loss_sum(model, blk, theta)
+        n += blk.rows
+    if n == 0:
+        raise ValueError("objective needs at least one row")
+    return total / n + regularizer(model, theta)
+
+
+def full_gradient(model: LinearModel, theta: np.ndarray, blocks: Iterable[Block]) -> np.ndarray:
+    r"""Gradient of the smooth part :math:`\frac1n\sum_i\nabla f_i(\theta) + \lambda_2 W`
+    (the :math:`\ell_1` term is left to a prox)."""
+    g = np.zeros(model.num_params)
+    n = 0
+    for blk in blocks:
+        g += block_gradient_sum(model, blk, theta)
+        n += blk.rows
+    if n == 0:
+        raise ValueError("full_gradient needs at least one row")
+    return g / n + regularizer_gradient(model, theta)
+
+
+def max_squared_row_norm(blocks: Iterable[Block]) -> float:
+    r""":math:`\max_i \|x_i\|^2` over the blocks (one pass)."""
+    from async_spark.data.transform import row_norms_sq
+
+    best = 0.0
+    for blk in blocks:
+        if blk.rows:
+            best = max(best, float(row_norms_sq(blk.X).max()))
+    return best
+
+
+def sample_smoothness(model: LinearModel, max_row_norm_sq: float) -> float:
+    r"""A bound :math:`L_{\max}` on the smoothness of every :math:`f_i` (without the penalty).
+
+    With :math:`\tilde x_i = (x_i, 1)` when there is an intercept,
+    :math:`\nabla^2 f_i = \ell''\,\tilde x_i\tilde x_i^T` (a Kronecker factor for softmax), so
+    :math:`L_i = c\,\|\tilde x_i\|^2` with :math:`c = 1/4` (logistic, :math:`\sigma' \le 1/4`),
+    :math:`c = 1` (squares) and :math:`c = 1/2` (softmax: the Hessian of log-sum-exp,
+    :math:`\operatorname{diag}(p) - pp^T`, has eigenvalues at most 1/2; Böhning 1992).
+    """
+    r = _nonneg("max_row_norm_sq", max_row_norm_sq) + (1.0 if model.fit_intercept else 0.0)
+    c = {"logistic": 0.25, "squares": 1.0, "softmax": 0.5}[model.loss]
+    return c * r
