@@ -1,0 +1,189 @@
+r"""Mini-batch SGD (synchronous and asynchronous) with ASYNC's conventions.
+
+A task on block ``p`` draws a Bernoulli(b) sample ``S`` of its rows (reproducible from
+``(seed, p, task_seq)`` by :func:`sample_rows`, on the driver as on the worker) and returns
+:math:`g = \sum_{i \in S} \nabla f_i(\theta_{\text{stale}})` (:func:`sgd_task_gradient`). The driver
+applies (:meth:`SGD.update`)
+
+.. math::
+
+    \theta \leftarrow \operatorname{prox}_{\gamma_k \lambda_1 \|\cdot\|_1}\Big(\theta - \gamma_k
+    \big(\tfrac{g}{m} + \lambda_2 W\big)\Big), \qquad m = t \cdot \frac{b\,N}{P},
+
+with ``t`` the number of task results summed in ``g`` (1 asynchronously, P for a synchronous
+round), so that :math:`g/m` is an unbiased estimate of :math:`\frac1N\sum_i\nabla f_i` for a
+uniformly chosen block (ASYNC's ASGD divides by :math:`bN/P`). The penalty's gradient is taken at
+the driver's current :math:`\theta` (it needs no data) and the :math:`\ell_1` term by its prox.
+The intercept is never penalized.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from async_spark.data.blocks import Block
+from async_spark.models.linear import (
+    LinearModel,
+    block_gradient_sum,
+    prox_l1,
+    regularizer_gradient,
+)
+from async_spark.optim.steps import StepRule, as_step_rule
+
+__all__ = [
+    "SGD",
+    "SGDMessage",
+    "SGDState",
+    "sample_rows",
+    "sgd",
+    "sgd_task_gradient",
+    "combine_sgd_messages",
+]
+
+
+def _check_fraction(fraction: Any) -> float:
+    if isinstance(fraction, bool):
+        raise ValueError(f"batch_fraction must be in (0, 1], got {fraction!r}")
+    try:
+        b = float(fraction)
+    except (TypeError, ValueError):
+        raise ValueError(f"batch_fraction must be in (0, 1], got {fraction!r}") from None
+    if not (math.isfinite(b) and 0.0 < b <= 1.0):
+        raise ValueError(f"batch_fraction must be in (0, 1], got {fraction!r}")
+    return b
+
+
+def sample_rows(
+    seed: int, block_index: int, task_seq: int, rows: int, fraction: float
+) -> np.ndarray:
+    """The Bernoulli(``fraction``) sample of a task: sorted local row indices in ``[0, rows)``.
+
+    Deterministic in ``(seed, block_index, task_seq)`` (numpy ``default_rng`` seeded with that
+    triple), so the driver and the worker draw the same sample. Drawn as a Binomial size and a
+    uniform subset of that size (the same law as independent coin flips, in O(sample) time).
+    ``fraction == 1`` returns every row.
+    """
+    for name, v in (
+        ("seed", seed),
+        ("block_index", block_index),
+        ("task_seq", task_seq),
+        ("rows", rows),
+    ):
+        if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 0:
+            raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
+    b = _check_fraction(fraction)
+    if b == 1.0:
+        return np.arange(rows, dtype=np.int64)
+    rng = np.random.default_rng([int(seed), int(block_index), int(task_seq)])
+    k = int(rng.binomial(rows, b))
+    idx = rng.choice(rows, size=k, replace=False).astype(np.int64)
+    idx.sort()
+    return idx
+
+
+def sgd_task_gradient(
+    model: LinearModel, block: Block, theta: np.ndarray, sample_idx: np.ndarray | None
+) -> np.ndarray:
+    r"""Worker side: :math:`\sum_{i \in S}\nabla f_i(\theta)` over local rows ``sample_idx``
+    (flat, data part only; None = every row of the block)."""
+    return block_gradient_sum(model, block, theta, sample_idx)
+
+
+class SGDMessage(NamedTuple):
+    """A task's result as the update rule sees it.
+
+    Attributes
+    ----------
+    grad_sum : ndarray (num_params,)
+        :math:`\\sum_{i\\in S}\\nabla f_i` at the task's (possibly stale) parameters.
+    staleness : int
+        Updates applied between the task's dispatch and now.
+    num_tasks : int
+        Task results summed into ``grad_sum`` (P for a synchronous round).
+    """
+
+    grad_sum: np.ndarray
+    staleness: int = 0
+    num_tasks: int = 1
+
+
+class SGDState(NamedTuple):
+    """``step``: updates applied so far (k)."""
+
+    step: int
+
+
+def combine_sgd_messages(messages: Sequence[SGDMessage]) -> SGDMessage:
+    """Sum the results of a synchronous round into one message (max staleness kept)."""
+    if not messages:
+        raise ValueError("messages must not be empty")
+    return SGDMessage(
+        np.sum([m.grad_sum for m in messages], axis=0),
+        max(m.staleness for m in messages),
+        sum(m.num_tasks for m in messages),
+    )
+
+
+@dataclass(frozen=True)
+class SGD:
+    """The SGD update rule (picklable; ``init``/``update`` as in DESIGN)."""
+
+    model: LinearModel
+    n: int
+    num_blocks: int
+    batch_fraction: float
+    step: StepRule
+
+    def init(self, params: np.ndarray) -> SGDState:
+        if np.shape(params) != (self.model.num_params,):
+            raise ValueError(
+                f"params must have shape ({self.model.num_params},), got {np.shape(params)}"
+            )
+        return SGDState(0)
+
+    def update(
+        self, message: SGDMessage, state: SGDState, params: np.ndarray
+    ) -> tuple[np.ndarray, SGDState]:
+        """Apply one (combined) result; returns new ``(params, state)`` (inputs untouched)."""
+        if message.staleness < 0 or message.num_tasks < 1:
+            raise ValueError(
+                f"message needs staleness >= 0 and num_tasks >= 1, got {message.staleness}, {message.num_tasks}"
+            )
+        m = message.num_tasks * self.batch_fraction * self.n / self.num_blocks
+        gamma = float(self.step(state.step, message.staleness))
+        direction = np.asarray(message.grad_sum) / m + regularizer_gradient(self.model, params)
+        new = prox_l1(self.model, params - gamma * direction, gamma)
+        return new, SGDState(state.step + 1)
+
+
+def sgd(model: LinearModel, *, n: int, num_blocks: int, batch_fraction: float, step: Any) -> SGD:
+    """Validate and build the SGD rule.
+
+    Parameters
+    ----------
+    model : LinearModel
+    n : int >= 1
+        N, rows in the dataset.
+    num_blocks : int in [1, n]
+        P.
+    batch_fraction : float in (0, 1]
+        b, the Bernoulli sampling rate of a task.
+    step : float > 0 or StepRule
+        A float is a constant step; see :mod:`async_spark.optim.steps` for the rules.
+    """
+    if not isinstance(model, LinearModel):
+        raise ValueError(f"model must be a LinearModel, got {type(model).__name__}")
+    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
+        raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    if (
+        isinstance(num_blocks, bool)
+        or not isinstance(num_blocks, int | np.integer)
+        or not 1 <= num_blocks <= n
+    ):
+        raise ValueError(f"num_blocks must be an integer in [1, n={n}], got {num_blocks!r}")
+    return SGD(model, int(n), int(num_blocks), _check_fraction(batch_fraction), as_step_rule(step))
