@@ -1,8 +1,39 @@
-"""async_spark.optim: pure update rules (``init`` / ``update``) and step-size rules.
+"""async_spark.optim: pure update rules (``init`` / ``update``), step-size and momentum choices.
 
-No Spark, no torch, no I/O.
+No Spark, no torch, no I/O: every rule is a pair of functions of numpy arrays with a typed
+``NamedTuple`` state (see DESIGN, "Style to follow").
 """
 
+from async_spark.optim.momentum import (
+    APGState,
+    HeavyBallState,
+    NesterovState,
+    RobustMomentumState,
+    UpdateRule,
+    accelerated_projected_gradient,
+    heavy_ball,
+    momentum_rule,
+    nesterov,
+    robust_momentum,
+)
+from async_spark.optim.parameters import (
+    Curvature,
+    estimate_curvature,
+    momentum_parameters,
+    robust_momentum_parameters,
+)
+from async_spark.optim.projections import (
+    L1,
+    Ball,
+    Box,
+    ElasticNet,
+    Simplex,
+    project_ball,
+    project_box,
+    project_simplex,
+    prox_elastic_net,
+    prox_l1,
+)
 from async_spark.optim.saga import (
     SAGA,
     SAGAMessage,
@@ -32,6 +63,33 @@ from async_spark.optim.steps import (
 )
 
 __all__ = [
+    # momentum rules (issue 4)
+    "UpdateRule",
+    "HeavyBallState",
+    "NesterovState",
+    "APGState",
+    "RobustMomentumState",
+    "heavy_ball",
+    "nesterov",
+    "accelerated_projected_gradient",
+    "robust_momentum",
+    "momentum_rule",
+    # parameters from (mu, L) and (mu, L) from data
+    "momentum_parameters",
+    "robust_momentum_parameters",
+    "Curvature",
+    "estimate_curvature",
+    # projections and proximal maps
+    "Box",
+    "Ball",
+    "Simplex",
+    "L1",
+    "ElasticNet",
+    "project_box",
+    "project_ball",
+    "project_simplex",
+    "prox_l1",
+    "prox_elastic_net",
     # SGD / SAGA with ASYNC's conventions (issue 3)
     "SGD",
     "SGDMessage",
