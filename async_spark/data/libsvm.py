@@ -22,6 +22,7 @@ is wrong does a Python loop walk the tokens to name the offending one.
 
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 import warnings
@@ -465,8 +466,8 @@ class LibsvmSource(BlockSource):
     num_features: int | None = None
     dense: bool = False
 
-    @property
-    def dataset_id(self) -> str:
+    @functools.cached_property
+    def dataset_id(self) -> str:  # hashed once per instance (asked on every task)
         import hashlib
 
         key = repr(("libsvm", self.files, self.segments, self.num_features, self.dense))

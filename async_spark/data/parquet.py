@@ -14,6 +14,7 @@ buffers (list offsets give CSR ``indptr`` directly, no Python object per row).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from collections.abc import Sequence
@@ -188,8 +189,8 @@ class ParquetSource(BlockSource):
     num_features: int | None = None
     dense: bool | None = None  # None: CSR for vectors, dense for arrays
 
-    @property
-    def dataset_id(self) -> str:
+    @functools.cached_property
+    def dataset_id(self) -> str:  # hashed once per instance (asked on every task)
         key = repr(
             (
                 "parquet",

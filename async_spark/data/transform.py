@@ -22,6 +22,7 @@ Moments are merged across blocks with Chan et al.'s pairwise update (one pass, s
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -181,8 +182,8 @@ class TransformedSource(BlockSource):
     mean: np.ndarray | None = None  # None for sparse (no centering) or no standardization
     scale: np.ndarray | None = None
 
-    @property
-    def dataset_id(self) -> str:
+    @functools.cached_property
+    def dataset_id(self) -> str:  # hashed once per instance (asked on every task)
         h = hashlib.blake2b(digest_size=10)
         h.update(repr(self.classes).encode())
         for a in (self.mean, self.scale):

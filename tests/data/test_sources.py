@@ -206,3 +206,18 @@ def test_softmax_label_mapping(tmp_path) -> None:
     src, desc = open_dataset((X, y * 0.5), 2, staging_dir=str(tmp_path), loss="squares")
     assert desc.classes is None
     np.testing.assert_array_equal(_concat(src, 2)[1], y * 0.5)
+
+
+def test_transformed_source_pickles_and_caches_by_content() -> None:
+    from async_spark.data import clear_cache, get_block
+
+    src, desc = open_dataset("builtin:breast_cancer", 2, standardize=True, loss="logistic")
+    clone = pickle.loads(pickle.dumps(src))
+    assert clone.dataset_id == src.dataset_id == desc.dataset_id
+    assert len(pickle.dumps(src)) < 2000  # two 30-vectors and a few names
+    clear_cache()
+    a = get_block(src, 1)
+    assert get_block(clone, 1) is a  # same content id -> the worker's cached block
+    raw, _ = open_dataset("builtin:breast_cancer", 2)
+    assert raw.dataset_id != src.dataset_id
+    clear_cache()
