@@ -2,7 +2,7 @@
 
 * ``builtin:mnist1d`` -- MNIST-1D (Greydanus, 2020) generated locally by the ``mnist1d`` package's
   ``make_dataset`` with its default arguments (4000 training and 1000 test signals of length 40,
-  10 classes; deterministic for a given seed).
+  10 classes; the package's fixed default seed, so every run sees the same canonical data).
 * ``synthetic`` -- a learnable problem of the model's input shape: random inputs labelled by a
   fixed random teacher (classification), or masks from a smoothed input channel (segmentation).
 """
@@ -31,16 +31,14 @@ class Dataset:
     task: str
 
 
-def _mnist1d(seed: int) -> Dataset:
+def _mnist1d() -> Dataset:
     try:
         from mnist1d.data import get_dataset_args, make_dataset
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise ImportError(
             "builtin:mnist1d needs the 'mnist1d' package (pip install mnist1d)"
         ) from e
-    args = get_dataset_args()
-    args.seed = seed
-    d = make_dataset(args)
+    d = make_dataset(get_dataset_args())  # the canonical dataset (the package's default seed)
     to_x = lambda a: torch.as_tensor(a, dtype=torch.float32)[:, None, None, :]  # noqa: E731
     return Dataset(
         x_train=to_x(d["x"]),
@@ -87,7 +85,8 @@ def load_dataset(
     model : str
         ``"cnn1d"``, ``"resnet32"`` or ``"unet"``.
     seed : int
-        Seed of the generator.
+        Seed of the synthetic generator (MNIST-1D is always the canonical dataset, generated
+        with the package's default arguments, so that seeds vary only the training).
     n_train, n_test : int
         Sizes of the synthetic sets.
     """
@@ -96,7 +95,7 @@ def load_dataset(
     if data == "builtin:mnist1d":
         if model != "cnn1d":
             raise ValueError(f"data 'builtin:mnist1d' needs model 'cnn1d', got {model!r}")
-        return _mnist1d(seed)
+        return _mnist1d()
     for name, v in (("n_train", n_train), ("n_test", n_test)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
