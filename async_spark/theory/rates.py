@@ -97,9 +97,6 @@ def momentum_rate(method: str, alpha: float, beta: float, eigenvalues: Any) -> f
         :math:`(\kappa-1)/(\kappa+1)`.
     """
     roots = characteristic_roots(method, alpha, beta, eigenvalues)
-    if method == "gd":
-        # The HB block with beta = 0 has roots {1 - alpha*lam, 0}.
-        return float(np.max(np.abs(roots[:, 0])))
     return float(np.max(np.abs(roots)))
 
 

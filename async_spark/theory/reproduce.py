@@ -471,7 +471,7 @@ def _weak_experiment(cfg: ReproductionConfig, rng: np.random.Generator) -> dict[
         }
 
     # APG over the ball ||w|| <= R that excludes the minimizer c.
-    radius = 0.5 * float(np.linalg.norm(c))
+    radius = 0.9 * float(np.linalg.norm(c))
 
     def norm_w(nu: float) -> float:
         return float(np.linalg.norm(lam * c / (lam + nu))) - radius

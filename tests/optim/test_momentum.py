@@ -133,9 +133,7 @@ def test_float32_is_kept():
     Q, b, x0 = _quadratic()
     x0 = x0.astype(np.float32)
     for rule in (heavy_ball(0.1, 0.5), nesterov(0.1, 0.5), robust_momentum(0.02, 1.0, 0.9)):
-        params, state = rule.update(
-            (Q @ x0 - b).astype(np.float32), rule.init(x0), x0
-        )
+        params, state = rule.update((Q @ x0 - b).astype(np.float32), rule.init(x0), x0)
         assert params.dtype == np.float32
 
 
