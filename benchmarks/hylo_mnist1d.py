@@ -5,8 +5,8 @@ Same model (the MNIST-1D CNN written with Conv2d of height 1), same data (genera
 SMW-NGD are ASDL's (``asdfghjkl``), HyLo is ``async_spark.hylo`` (hybrid KID/KIS, automatic switch).
 
 1. A small sweep per optimizer on a tuning seed (learning rate, and damping for the
-   preconditioned ones); the configuration with the smallest time to 85% wins (ties and misses:
-   the best final accuracy).  Every sweep point is printed.
+   preconditioned ones); among the stable points (no divergence, final accuracy >= 85%) the one
+   with the smallest time to 85% wins (then the best final accuracy).  Every point is printed.
 2. The chosen configuration is run on ``--seeds`` evaluation seeds (distinct from the tuning
    seed); the medians of the time to 85% / 90% are reported (training seconds, evaluation off the
    clock; a run that never reaches a threshold counts as missing and the median is over those
@@ -55,9 +55,11 @@ def _run(
         )
 
 
-def _key(s: dict[str, Any]) -> tuple[float, float]:
+def _key(s: dict[str, Any]) -> tuple[bool, float, float]:
+    """Stable runs (no divergence, final accuracy >= 85%) first, then time to 85%."""
     t = s["time_to_accuracy"]["0.85"]
-    return (t if t is not None else math.inf, -s["test_accuracy"])
+    unstable = bool(s["diverged"]) or s["test_accuracy"] < 0.85
+    return (unstable, t if t is not None else math.inf, -s["test_accuracy"])
 
 
 def main() -> None:
@@ -101,10 +103,12 @@ def main() -> None:
     medians: dict[str, dict[str, float | None]] = {}
     for opt, (lr, lam) in chosen.items():
         t85, t90, accs, walls = [], [], [], []
+        diverged = 0
         for seed in seeds:
             s = _run(opt, lr, lam, seed, epochs, args.batch_size)
             log.append({"phase": "eval", **s})
             accs.append(s["test_accuracy"])
+            diverged += int(s["diverged"])
             walls.append(s["wall_seconds"])
             if s["time_to_accuracy"]["0.85"] is not None:
                 t85.append(s["time_to_accuracy"]["0.85"])

@@ -31,6 +31,7 @@ def test_reference_models_shapes_and_layers():
 
 
 def test_datasets():
+    pytest.importorskip("mnist1d")
     d = load_dataset("builtin:mnist1d", "cnn1d")
     assert d.x_train.shape == (4000, 1, 1, 40) and d.x_test.shape == (1000, 1, 1, 40)
     assert set(d.y_train.unique().tolist()) == set(range(10))
@@ -42,7 +43,8 @@ def test_datasets():
 
 @pytest.mark.parametrize("optimizer", ["hylo", "sgd", "kfac", "smw"])
 def test_train_writes_outputs(optimizer, tmp_path):
-    pytest.importorskip("asdl") if optimizer in ("kfac", "smw") else None
+    if optimizer in ("kfac", "smw"):
+        pytest.importorskip("asdl")
     out = tmp_path / optimizer
     cfg = TrainConfig(
         model="cnn1d",
