@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import queue
+import statistics
 import sys
 import threading
 import time
@@ -78,7 +79,8 @@ class AsyncEngine:
         ``task_args(ticket) -> args`` evaluated on the driver at dispatch.
     stragglers : StragglerModel, optional
     warmup_tasks : int, optional
-        Undelayed results used to measure the mean task time (default 2 P).
+        Undelayed results (a block's first task, which loads the block, excluded) whose median
+        compute time is the "mean task time" of the straggler models (default 2 P).
     max_in_flight, max_retries, backoff : see :class:`SchedulerCore`
     run_name : str
         Names the run's Spark jobs (UI descriptions and tags).
@@ -319,10 +321,13 @@ class AsyncEngine:
         if report is not None and self.mean_task_seconds is None:
             if self.slow_executor is None:
                 self.slow_executor = report.executor
-            if report.sleep_seconds == 0:
+            # A block's first task loads it into the worker's cache: not a typical task.
+            if report.sleep_seconds == 0 and ticket.block_task > 0:
                 self._warmup_compute.append(report.compute_seconds)
             if len(self._warmup_compute) >= self.warmup_tasks:
-                self.mean_task_seconds = sum(self._warmup_compute) / len(self._warmup_compute)
+                # The median: a few cache misses (a block loaded again in another Python worker)
+                # must not inflate every straggler's delay.
+                self.mean_task_seconds = float(statistics.median(self._warmup_compute))
         if self.keep_trajectory and outcome.status is TaskStatus.OK:
             self.trajectory.append(
                 (

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -144,6 +145,13 @@ def build_session(
         # sees what spark-submit set (as JVM system properties).
         SparkContext._ensure_initialized()
         submitted = dict(SparkConf().getAll())
+
+    effective_master = master or overrides.get("spark.master") or submitted.get("spark.master")
+    effective_master = effective_master or defaults.get("spark.master") or "local[*]"
+    if effective_master.startswith("local"):
+        # Local executors run on this machine: give them this interpreter (and its packages)
+        # rather than whatever `python3` is first on PATH.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
     builder = SparkSession.builder.appName(app_name)
     for key, value in defaults.items():

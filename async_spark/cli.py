@@ -1,0 +1,289 @@
+"""The ``async-spark`` command.
+
+Subcommands:
+
+- ``train``    — SGD / ASGD / SAGA / ASAGA on Spark (the main job; see ``async-spark train -h``);
+- ``momentum`` — the stochastic momentum reproduction (rates, invariant covariance, W2);
+- ``hylo``     — HyLo natural gradient on a reference deep model (PyTorch).
+
+Bad input or options end with exit code 2 and one line on stderr naming the file and line or
+the option and its allowed values; ``--debug`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main", "build_parser", "add_train_arguments"]
+
+EXIT_USAGE = 2
+
+
+def _optional_int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
+def _step(text: str) -> float | str:
+    if text == "auto":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or 'auto', got {text!r}") from None
+
+
+def add_spark_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--master", default=None, help="Spark master URL (default: spark-submit's, else local[*])"
+    )
+    p.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Spark configuration (repeatable)",
+    )
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+
+
+def add_train_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``async-spark train`` (shared with ``jobs/train_linear.py``)."""
+    p.add_argument(
+        "--data",
+        default="builtin:synthetic",
+        help="LIBSVM or Parquet path, or builtin:synthetic|breast_cancer|digits|mnist1d (default builtin:synthetic)",
+    )
+    p.add_argument("--format", default="auto", help="libsvm | parquet | auto")
+    p.add_argument(
+        "--num-features", type=_optional_int, default=None, help="d (LIBSVM: inferred when omitted)"
+    )
+    p.add_argument("--standardize", action="store_true", help="scale columns to unit variance")
+    p.add_argument("--loss", default="logistic", help="logistic | squares | softmax")
+    p.add_argument(
+        "--method",
+        default="asaga",
+        help="sgd | asgd | saga | asaga, or a comma list (e.g. asaga,saga) to run side by side",
+    )
+    p.add_argument("--l2", type=_float, default=1e-4)
+    p.add_argument("--l1", type=_float, default=0.0)
+    p.add_argument("--step", type=_step, default="auto", help="step size, or 'auto' from the data")
+    p.add_argument(
+        "--step-rule",
+        default=None,
+        help="constant | sqrt | staleness (default: sqrt for SGD, constant for SAGA)",
+    )
+    p.add_argument(
+        "--batch-fraction", type=_float, default=0.1, help="b: fraction of its block a task samples"
+    )
+    p.add_argument("--partitions", type=_optional_int, default=8, help="P: number of blocks")
+    p.add_argument(
+        "--beta", type=_float, default=None, help="partial barrier in (0, 1] (async methods)"
+    )
+    p.add_argument(
+        "--tau", type=_optional_int, default=None, help="staleness bound >= 0 (async methods)"
+    )
+    p.add_argument("--ssp", type=_optional_int, default=None, help="SSP slack >= 0 (async methods)")
+    p.add_argument(
+        "--stragglers", default="none", help="none | intensity:C | cloud | slow-executor:F"
+    )
+    p.add_argument("--seed", type=_optional_int, default=0)
+    p.add_argument("--max-updates", type=_optional_int, default=None)
+    p.add_argument(
+        "--time-budget",
+        type=_float,
+        default=None,
+        help="seconds of training (default 20 when no other stop)",
+    )
+    p.add_argument("--target-objective", type=_float, default=None)
+    p.add_argument(
+        "--eval-every", type=_float, default=1.0, help="seconds between objective snapshots"
+    )
+    p.add_argument(
+        "--publisher", default="broadcast", help="broadcast | inline: how model versions travel"
+    )
+    p.add_argument(
+        "--out", default=None, help="output folder: summary.json, trace.jsonl, model.npz"
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress line")
+    add_spark_arguments(p)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="async-spark", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    train = sub.add_parser(
+        "train", help="train a linear model with (a)synchronous SGD/SAGA on Spark"
+    )
+    add_train_arguments(train)
+    mom = sub.add_parser("momentum", help="reproduce the stochastic momentum theory")
+    mom.add_argument("--out", default=None, help="folder for figures.json and plots")
+    mom.add_argument("--quick", action="store_true")
+    mom.add_argument("--seed", type=_optional_int, default=0)
+    mom.add_argument("--debug", action="store_true")
+    hylo = sub.add_parser("hylo", help="HyLo natural gradient on a reference model (PyTorch)")
+    from async_spark.hylo.cli_args import add_arguments as add_hylo_arguments
+
+    add_hylo_arguments(hylo)
+    hylo.add_argument("--debug", action="store_true")
+    return parser
+
+
+def _methods(text: str) -> list[str]:
+    return [m.strip() for m in text.split(",") if m.strip()]
+
+
+def _train_configs(args: argparse.Namespace) -> list[Any]:
+    from async_spark.solvers.config import TrainConfig
+
+    methods = _methods(args.method)
+    if not methods:
+        raise ValueError("--method must name at least one of sgd, asgd, saga, asaga")
+    configs = []
+    for method in methods:
+        out = args.out
+        if out is not None and len(methods) > 1:
+            out = str(Path(out) / method)
+        cfg = TrainConfig(
+            data=args.data,
+            format=args.format,
+            num_features=args.num_features,
+            standardize=args.standardize,
+            loss=args.loss,
+            method=method,
+            l2=args.l2,
+            l1=args.l1,
+            step=args.step,
+            step_rule=args.step_rule,
+            batch_fraction=args.batch_fraction,
+            partitions=args.partitions,
+            beta=args.beta if method in ("asgd", "asaga") else None,
+            tau=args.tau if method in ("asgd", "asaga") else None,
+            ssp=args.ssp if method in ("asgd", "asaga") else None,
+            stragglers=args.stragglers,
+            seed=args.seed,
+            max_updates=args.max_updates,
+            time_budget=args.time_budget,
+            target_objective=args.target_objective,
+            eval_every=args.eval_every,
+            out=out,
+            quiet=args.quiet,
+            publisher=args.publisher,
+        )
+        if len(methods) == 1:  # a sync method given async-only flags is an error, said clearly
+            cfg.beta, cfg.tau, cfg.ssp = args.beta, args.tau, args.ssp
+        configs.append(cfg.validate())
+    return configs
+
+
+def run_train(args: argparse.Namespace) -> int:
+    """Open the data once, then run each method on the same session and blocks."""
+    from async_spark.data.dataset import open_dataset
+    from async_spark.engine.session import build_session
+    from async_spark.solvers.linear import train_linear
+    from async_spark.solvers.outputs import write_run
+
+    configs = _train_configs(args)
+    first = configs[0]
+    dataset = open_dataset(
+        first.data,
+        first.partitions,
+        format=first.format,
+        num_features=first.num_features,
+        standardize=first.standardize,
+        loss=first.loss,
+    )
+    from pyspark.sql import SparkSession
+
+    owned = SparkSession.getActiveSession() is None  # a notebook's or test's session stays up
+    spark = build_session(args.master, app_name="async-spark train", conf=args.conf)
+    rows = []
+    try:
+        for cfg in configs:
+            result = train_linear(cfg, spark=spark, dataset=dataset)
+            if not cfg.quiet:
+                sys.stderr.write("\n")
+            if cfg.out is not None:
+                write_run(result, cfg.out)
+            rows.append(result.summary())
+    finally:
+        if owned:
+            spark.stop()
+    _print_table(rows)
+    return 0
+
+
+def _print_table(rows: list[dict[str, Any]]) -> None:
+    header = f"{'method':7s} {'updates':>8s} {'rejected':>8s} {'seconds':>8s} {'objective':>12s} {'staleness':>9s} {'to target':>9s}"
+    print(header)
+    for r in rows:
+        ttt = "-" if r["time_to_target"] is None else f"{r['time_to_target']:.2f}"
+        print(
+            f"{r['method']:7s} {r['updates']:8d} {r['rejected']:8d} {r['wall_seconds']:8.2f} "
+            f"{r['final_objective']:12.6g} {r['mean_staleness']:9.2f} {ttt:>9s}"
+        )
+    if len(rows) == 2 and rows[0]["final_objective"] and rows[1]["final_objective"]:
+        a, b = rows
+        print(
+            f"{a['method']} made {a['updates'] / max(a['wall_seconds'], 1e-9):.1f} updates/s, "
+            f"{b['method']} {b['updates'] / max(b['wall_seconds'], 1e-9):.1f} updates/s "
+            f"(stragglers: {a['stragglers']})"
+        )
+    summary = {r["method"]: r["final_objective"] for r in rows}
+    print("RESULT " + json.dumps(summary))
+
+
+def run_momentum(args: argparse.Namespace) -> int:
+    from async_spark.theory.reproduce import run_reproduction
+
+    run_reproduction(out_dir=args.out, quick=args.quick, seed=args.seed)
+    return 0
+
+
+def run_hylo(args: argparse.Namespace) -> int:
+    from async_spark.hylo.cli_args import config_from_args
+    from async_spark.hylo.train import train
+
+    summary = train(config_from_args(args))
+    print(json.dumps(summary, indent=2, default=str))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    handlers = {"train": run_train, "momentum": run_momentum, "hylo": run_hylo}
+    try:
+        return handlers[args.command](args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if getattr(args, "debug", False):
+            raise
+        from async_spark.engine.session import JavaNotFoundError
+
+        usage = isinstance(exc, ValueError | OSError | ImportError | JavaNotFoundError)
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        kind = "error" if usage else f"failed ({type(exc).__name__})"
+        print(f"async-spark {args.command}: {kind}: {message}", file=sys.stderr)
+        return EXIT_USAGE if usage else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""The `async-spark` command: errors (exit 2, one line naming the problem), outputs, spark-submit."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from async_spark.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--method", "adam"], "--method"),
+        (["--batch-fraction", "2"], "--batch-fraction"),
+        (["--batch-fraction", "0"], "--batch-fraction"),
+        (["--method", "saga", "--tau", "3"], "--tau applies to the asynchronous"),
+        (["--beta", "0"], "beta"),
+        (["--beta", "1.5"], "beta"),
+        (["--tau", "-1"], "tau"),
+        (["--ssp", "-2"], "ssp"),
+        (["--partitions", "0"], "--partitions"),
+        (["--stragglers", "sometimes"], "--stragglers"),
+        (["--step", "-1"], "--step"),
+        (["--l2", "-0.5"], "--l2"),
+        (["--loss", "hinge"], "--loss"),
+        (["--eval-every", "0"], "--eval-every"),
+        (["--data", "/nonexistent/file.svm"], "/nonexistent/file.svm"),
+        (["--data", "builtin:nothing"], "nothing"),
+    ],
+)
+def test_bad_options_exit_2_with_one_line(argv, needle, capsys, tmp_path):
+    out = tmp_path / "run"
+    code = main(["train", *argv, "--out", str(out), "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert len(err.splitlines()) == 1 and needle in err, err
+    assert not out.exists()  # nothing half-written
+
+
+def test_malformed_libsvm_names_file_and_line(capsys, tmp_path):
+    data = tmp_path / "bad.svm"
+    data.write_text("1 1:0.5 3:1\n0 2:0.25\n1 4:abc\n")
+    code = main(
+        ["train", "--data", str(data), "--partitions", "1", "--quiet", "--out", str(tmp_path / "o")]
+    )
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and f"{data}:3" in err, err
+
+
+@pytest.mark.spark
+def test_train_writes_summary_trace_and_model(spark, tmp_path, capsys):
+    out = tmp_path / "run"
+    code = main(
+        [
+            "train",
+            "--data",
+            "builtin:breast_cancer",
+            "--standardize",
+            "--method",
+            "asgd,sgd",
+            "--partitions",
+            "3",
+            "--max-updates",
+            "12",
+            "--step",
+            "0.5",
+            "--out",
+            str(out),
+            "--quiet",
+            "--eval-every",
+            "0.1",
+        ]
+    )
+    assert code == 0
+    for method in ("asgd", "sgd"):
+        summary = json.loads((out / method / "summary.json").read_text())
+        for key in (
+            "method",
+            "loss",
+            "n",
+            "d",
+            "partitions",
+            "updates",
+            "rejected",
+            "wall_seconds",
+            "final_objective",
+            "time_to_target",
+        ):
+            assert key in summary
+        assert summary["method"] == method and summary["updates"] == 12
+        assert summary["n"] == 569 and summary["d"] == 30
+        trace = [json.loads(x) for x in (out / method / "trace.jsonl").read_text().splitlines()]
+        assert {"seconds", "version", "staleness", "objective"} <= set(trace[-1])
+        assert trace[0]["objective"] == pytest.approx(np.log(2))
+        with np.load(out / method / "model.npz", allow_pickle=False) as z:
+            assert z["weights"].shape == (30,) and z["intercept"].shape == ()
+    assert "RESULT" in capsys.readouterr().out
+    assert not spark.sparkContext._jsc.sc().isStopped()  # the caller's session stays up
+
+
+@pytest.mark.cluster
+def test_spark_submit_runs_the_job(tmp_path):
+    submit = Path(sys.executable).with_name("spark-submit")
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [
+            str(submit),
+            "--master",
+            "local[2]",
+            "--conf",
+            "spark.ui.enabled=false",
+            str(ROOT / "jobs" / "train_linear.py"),
+            "--data",
+            "builtin:breast_cancer",
+            "--standardize",
+            "--method",
+            "asaga",
+            "--partitions",
+            "2",
+            "--max-updates",
+            "10",
+            "--out",
+            str(out),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads((out / "summary.json").read_text())["updates"] == 10
