@@ -13,7 +13,9 @@ PY=.venv/bin/python
 stamp=.venv/.installed-$(cat pyproject.toml | sha1sum | cut -c1-12)
 if [ ! -f "$stamp" ]; then
   "$PY" -m pip install -q --upgrade pip
-  # torch pinned to the CPU build (see README); the extras bring test and data tools.
+  # torch first, pinned to the CPU build (an unpinned torch pulls a multi-GB CUDA build, and
+  # asdfghjkl asks for an unpinned torch); then the project with its extras.
+  "$PY" -m pip install -q "torch==2.13.0"
   "$PY" -m pip install -q -e ".[dev,hylo,data]"
   rm -f .venv/.installed-*; touch "$stamp"
 fi
