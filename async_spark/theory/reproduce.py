@@ -111,10 +111,6 @@ class ReproductionConfig:
 # ---------------------------------------------------------------------------------------- helpers
 
 
-def _rule(method: str, mu: float, L: float) -> UpdateRule:
-    return momentum_rule(method, mu, L)
-
-
 def _x_of(method: str, params: np.ndarray, state: Any) -> np.ndarray:
     """The theory's iterate x_k: params for heavy ball / GD, state.x for AG and APG."""
     return params if method in ("gd", "hb") else state.x
@@ -160,7 +156,7 @@ def _quadratic_cell(
     x_star = rng.standard_normal(d)
     alpha, beta = momentum_parameters(method, mu, L)
     rho = momentum_rate(method, alpha, beta, lam)
-    rule = _rule(method, mu, L)
+    rule = momentum_rule(method, mu, L)
     noise_var = sigma**2 / d  # per coordinate: E||w||^2 = sigma^2
 
     # Run lengths from the theoretical rate (sizing only).
