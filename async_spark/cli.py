@@ -101,6 +101,12 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--stragglers", default="none", help="none | intensity:C | cloud | slow-executor:F"
     )
+    p.add_argument(
+        "--straggler-base",
+        type=_float,
+        default=None,
+        help="seconds that straggler delays are multiples of (default: median task time of a warm-up)",
+    )
     p.add_argument("--seed", type=_optional_int, default=0)
     p.add_argument("--max-updates", type=_optional_int, default=None)
     p.add_argument(
@@ -175,6 +181,7 @@ def _train_configs(args: argparse.Namespace) -> list[Any]:
             tau=args.tau if method in ("asgd", "asaga") else None,
             ssp=args.ssp if method in ("asgd", "asaga") else None,
             stragglers=args.stragglers,
+            straggler_base=args.straggler_base,
             seed=args.seed,
             max_updates=args.max_updates,
             time_budget=args.time_budget,

@@ -14,11 +14,16 @@ executor loses nothing but a cache entry.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import shutil
+import tempfile
 import threading
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -32,6 +37,8 @@ __all__ = [
     "get_block",
     "cache_info",
     "clear_cache",
+    "clear_host_cache",
+    "host_cache_dir",
     "set_cache_limit",
 ]
 
@@ -122,7 +129,7 @@ def block_nbytes(block: Block) -> int:
 _DEFAULT_LIMIT_MB = 4096
 _lock = threading.Lock()
 _cache: OrderedDict[tuple[str, int], tuple[Block, int]] = OrderedDict()
-_stats = {"hits": 0, "misses": 0, "evictions": 0, "bytes": 0}
+_stats = {"hits": 0, "misses": 0, "evictions": 0, "bytes": 0, "host_hits": 0}
 _limit_bytes = int(float(os.environ.get("ASYNC_SPARK_BLOCK_CACHE_MB", _DEFAULT_LIMIT_MB)) * 2**20)
 
 
@@ -157,7 +164,7 @@ def get_block(source: BlockSource, index: int) -> Block:
             return hit[0]
         _stats["misses"] += 1
     # Load outside the lock: loading can take seconds and other threads may want other blocks.
-    block = source.load(index)
+    block = _load_through_host_cache(source, index)
     size = block_nbytes(block)
     with _lock:
         if key not in _cache:
@@ -165,6 +172,113 @@ def get_block(source: BlockSource, index: int) -> Block:
             _stats["bytes"] += size
             _evict_locked()
     return block
+
+
+# --- host cache ---------------------------------------------------------------------------------
+# Spark runs one Python worker per concurrent task slot, and a task may land on any of them, so
+# with 8 slots a block could be decoded 8 times on one host. The first worker to decode a block
+# also writes it as .npy files under a host directory; the others memory-map those files (the
+# page cache shares them between processes). Writes are atomic (temporary folder + rename).
+# ASYNC_SPARK_BLOCK_DIR sets the directory ("off" disables it); ASYNC_SPARK_BLOCK_DIR_MB bounds
+# its size (oldest entries removed first).
+
+_DEFAULT_HOST_DIR_MB = 16384
+
+
+def host_cache_dir() -> Path | None:
+    """The host-level block directory, or None when disabled."""
+    env = os.environ.get("ASYNC_SPARK_BLOCK_DIR", "")
+    if env.lower() == "off":
+        return None
+    if env:
+        return Path(env)
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    return Path(tempfile.gettempdir()) / f"async-spark-blocks-{uid}"
+
+
+def _entry_dir(root: Path, source: BlockSource, index: int) -> Path:
+    digest = hashlib.sha1(source.dataset_id.encode()).hexdigest()[:20]
+    return root / digest / str(int(index))
+
+
+def _read_entry(entry: Path) -> Block:
+    meta = json.loads((entry / "meta.json").read_text())
+    y = np.load(entry / "y.npy", mmap_mode="r")
+    if meta["sparse"]:
+        parts = [np.load(entry / f"{k}.npy", mmap_mode="r") for k in ("data", "indices", "indptr")]
+        X: Any = sp.csr_matrix(tuple(parts), shape=tuple(meta["shape"]), copy=False)
+    else:
+        X = np.load(entry / "X.npy", mmap_mode="r")
+    return Block(X, y, int(meta["row_offset"]))
+
+
+def _write_entry(entry: Path, block: Block) -> None:
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=entry.parent))
+    try:
+        X = block.X
+        sparse = sp.issparse(X)
+        if sparse:
+            X = sp.csr_matrix(X)
+            for name, arr in (("data", X.data), ("indices", X.indices), ("indptr", X.indptr)):
+                np.save(tmp / f"{name}.npy", arr)
+        else:
+            np.save(tmp / "X.npy", np.asarray(X))
+        np.save(tmp / "y.npy", np.asarray(block.y))
+        meta = {"sparse": sparse, "shape": list(X.shape), "row_offset": int(block.row_offset)}
+        (tmp / "meta.json").write_text(json.dumps(meta))
+        try:
+            os.rename(tmp, entry)
+        except OSError:  # another worker won the race: its entry is as good as ours
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _trim_host_cache(root: Path) -> None:
+    limit = float(os.environ.get("ASYNC_SPARK_BLOCK_DIR_MB", _DEFAULT_HOST_DIR_MB)) * 2**20
+    entries = []
+    total = 0
+    for meta in root.glob("*/*/meta.json"):
+        entry = meta.parent
+        size = sum(f.stat().st_size for f in entry.iterdir())
+        entries.append((meta.stat().st_mtime, size, entry))
+        total += size
+    for _, size, entry in sorted(entries):
+        if total <= limit:
+            break
+        shutil.rmtree(entry, ignore_errors=True)
+        total -= size
+
+
+def _load_through_host_cache(source: BlockSource, index: int) -> Block:
+    root = host_cache_dir()
+    if root is None or not getattr(source, "host_cacheable", True):
+        return source.load(index)
+    entry = _entry_dir(root, source, index)
+    if (entry / "meta.json").is_file():
+        try:
+            block = _read_entry(entry)
+            with _lock:
+                _stats["host_hits"] += 1
+            return block
+        except (OSError, ValueError, KeyError):
+            shutil.rmtree(entry, ignore_errors=True)  # a damaged entry: decode again
+    block = source.load(index)
+    try:
+        _write_entry(entry, block)
+        _trim_host_cache(root)
+    except OSError:
+        pass  # a full or read-only disk only costs the sharing, never the task
+    return block
+
+
+def clear_host_cache() -> None:
+    """Remove this host's block directory (blocks are decoded again on next use)."""
+    root = host_cache_dir()
+    if root is not None:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def cache_info() -> dict[str, int]:

@@ -78,6 +78,9 @@ class AsyncEngine:
     task_args : callable, optional
         ``task_args(ticket) -> args`` evaluated on the driver at dispatch.
     stragglers : StragglerModel, optional
+    straggler_base_seconds : float, optional
+        The "mean task time" that straggler delays are multiples of, when known in advance (e.g.
+        measured with a dedicated core); skips the warm-up.
     warmup_tasks : int, optional
         Undelayed results (a block's first task, which loads the block, excluded) whose median
         compute time is the "mean task time" of the straggler models (default 2 P).
@@ -101,6 +104,7 @@ class AsyncEngine:
         task_args: Callable[[TaskTicket], Any] | None = None,
         stragglers: StragglerModel | None = None,
         warmup_tasks: int | None = None,
+        straggler_base_seconds: float | None = None,
         max_in_flight: int | None = None,
         max_retries: int = 3,
         backoff: float = 0.5,
@@ -132,7 +136,9 @@ class AsyncEngine:
         self._closed = False
         self._stop = threading.Event()
         self._warmup_compute: list[float] = []
-        self.mean_task_seconds: float | None = None
+        if straggler_base_seconds is not None and not straggler_base_seconds > 0:
+            raise ValueError(f"straggler_base_seconds must be > 0, got {straggler_base_seconds!r}")
+        self.mean_task_seconds: float | None = straggler_base_seconds
         self.slow_executor: str | None = None
         self.last_error: str | None = None
         self.keep_trajectory = keep_trajectory

@@ -65,6 +65,7 @@ class TrainConfig:
     tau: int | None = None
     ssp: int | None = None
     stragglers: str = "none"
+    straggler_base: float | None = None  # seconds; None: measured in a warm-up
     seed: int = 0
     max_updates: int | None = None
     time_budget: float | None = None
@@ -114,6 +115,8 @@ class TrainConfig:
             self.straggler_model()
         except ValueError as exc:
             raise ConfigError(f"--stragglers: {exc}") from None
+        if self.straggler_base is not None:
+            _positive_float("--straggler-base", self.straggler_base)
         if self.max_updates is not None:
             _int_at_least("--max-updates", self.max_updates, 1)
         if self.time_budget is not None:

@@ -252,6 +252,7 @@ def train_linear(
         initial_model=theta,
         task_args=task_args,
         stragglers=config.straggler_model(),
+        straggler_base_seconds=config.straggler_base,
         max_retries=config.max_retries,
         run_name=run_name,
         progress=not config.quiet,

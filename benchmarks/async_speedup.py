@@ -1,0 +1,229 @@
+"""The ASYNC experiment on this machine: asynchronous vs synchronous SGD and SAGA under stragglers.
+
+For each number of blocks P and straggler model, the synchronous method (sgd, saga) and its
+asynchronous counterpart (asgd, asaga) run for the same training budget on the same blocks, in
+one Spark application with ``local[P]`` (P task slots sharing this machine's cores, so a
+sleeping straggler holds a slot but no core). Objectives of snapshots are evaluated after each
+run, off the clock. The figure is the speedup to the same objective:
+
+    target   = the larger (worse) of the two final objectives, so both reach it
+    speedup  = time of the synchronous run to target / time of the asynchronous run to target
+
+**Ceiling.** The asynchronous run can at most keep the cores busy: it processes P results in the
+time of a synchronous round *without* stragglers (rounds are core-bound then). So the best
+possible speedup is  round time with stragglers / round time without, both measured here with the
+synchronous method (``ceiling`` column). The measured speedup is reported beside it.
+
+**Straggler delays** are multiples of the *task time on a dedicated core*: the median time of a
+single gradient task run alone through Spark (dispatch to result), measured before the runs.
+ASYNC measured its mean task time on workers that each had their own core; measuring it here with
+8 tasks sharing 2 cores would count the queueing as task time.
+
+Usage:
+    python benchmarks/async_speedup.py [--quick] [--partitions 8,16]
+        [--stragglers intensity:0.3,intensity:0.6,intensity:1.0,cloud] [--budget SECONDS]
+Last line: ``RESULT asaga_speedup_cloud <x>`` (P = the first of --partitions).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from async_spark.data.dataset import open_dataset
+from async_spark.engine import AsyncEngine, Policy, build_session
+from async_spark.engine.spark import SparkTransport
+from async_spark.models.linear import init_params
+from async_spark.solvers import TrainConfig, build_model, train_linear
+from async_spark.solvers.tasks import LinearTaskArgs, linear_task
+
+PAIRS = {"saga": "asaga", "sgd": "asgd"}
+
+
+def dedicated_core_task_seconds(sc, source, desc, cfg: TrainConfig, tasks: int = 24) -> float:
+    """Median dispatch-to-result time of one gradient task at a time (no queueing)."""
+    model = build_model(cfg, desc)
+    theta = init_params(model)
+    rule = cfg.rule_name
+
+    def args(ticket):
+        rows = desc.rows_per_block[ticket.block]
+        from async_spark.optim.sgd import sample_rows
+
+        idx = sample_rows(cfg.seed, ticket.block, ticket.block_task, rows, cfg.batch_fraction)
+        old = np.zeros((idx.size, *model.scalar_shape)) if rule == "saga" else None
+        return LinearTaskArgs(
+            rule, source, model, cfg.batch_fraction, cfg.seed, ticket.block_task, old
+        )
+
+    seconds = []
+    with AsyncEngine(
+        SparkTransport(sc),
+        linear_task,
+        num_blocks=desc.num_blocks,
+        policy=Policy.asynchronous(),
+        max_in_flight=1,
+        initial_model=theta,
+        task_args=args,
+        run_name="calibrate",
+    ) as eng:
+        for r in eng.results():
+            if r.block_task > 0:  # a block's first task loads it
+                seconds.append(r.seconds)
+            if len(seconds) >= tasks:
+                break
+    return float(statistics.median(seconds))
+
+
+def time_to(snapshots: list[tuple[float, int, float]], target: float) -> float | None:
+    for seconds, _, objective in snapshots:
+        if objective <= target:
+            return seconds
+    return None
+
+
+def run_pair(
+    spark,
+    dataset,
+    base: TrainConfig,
+    sync: str,
+    stragglers: str,
+    budget: float,
+    straggler_base: float,
+):
+    out = {}
+    for method in (sync, PAIRS[sync]):
+        cfg = TrainConfig(
+            **{
+                **base.__dict__,
+                "method": method,
+                "stragglers": stragglers,
+                "straggler_base": straggler_base,
+                "time_budget": budget,
+                "eval_every": budget / 40,
+            }
+        )
+        out[method] = train_linear(cfg, spark=spark, dataset=dataset)
+    return out
+
+
+def main(argv: list[str] | None = None) -> float:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--partitions", default=None, help="comma list (default 8,16; quick: 8)")
+    ap.add_argument(
+        "--stragglers", default=None, help="comma list (default: ASYNC's four; quick: cloud)"
+    )
+    ap.add_argument(
+        "--methods",
+        default=None,
+        help="synchronous methods, comma list (default saga,sgd; quick: saga)",
+    )
+    ap.add_argument(
+        "--budget", type=float, default=None, help="seconds per run (default 20; quick 8)"
+    )
+    ap.add_argument("--data", default="builtin:synthetic?n=100000&d=10000&nnz=50&seed=0")
+    ap.add_argument("--batch-fraction", type=float, default=0.5)
+    ap.add_argument("--l2", type=float, default=1e-4)
+    ap.add_argument("--json", default=None, help="also write the figures to this JSON file")
+    args = ap.parse_args(argv)
+    partitions = [int(p) for p in (args.partitions or ("8" if args.quick else "8,16")).split(",")]
+    models = (
+        args.stragglers
+        or ("cloud" if args.quick else "intensity:0.3,intensity:0.6,intensity:1.0,cloud")
+    ).split(",")
+    methods = (args.methods or ("saga" if args.quick else "saga,sgd")).split(",")
+    budget = args.budget or (8.0 if args.quick else 20.0)
+
+    spark = build_session(
+        f"local[{max(partitions)}]", app_name="async-speedup", conf={"spark.ui.enabled": "false"}
+    )
+    rows = []
+    try:
+        for P in partitions:
+            dataset = open_dataset(args.data, P, loss="logistic")
+            base = TrainConfig(
+                data=args.data,
+                loss="logistic",
+                partitions=P,
+                l2=args.l2,
+                batch_fraction=args.batch_fraction,
+                quiet=True,
+                seed=0,
+            )
+            for sync in methods:
+                cal_cfg = TrainConfig(**{**base.__dict__, "method": sync})
+                task_s = dedicated_core_task_seconds(spark.sparkContext, *dataset, cal_cfg)
+                clean = train_linear(
+                    TrainConfig(
+                        **{
+                            **base.__dict__,
+                            "method": sync,
+                            "time_budget": budget,
+                            "eval_every": budget / 40,
+                        }
+                    ),
+                    spark=spark,
+                    dataset=dataset,
+                )
+                round_clean = clean.wall_seconds / clean.updates
+                for model in models:
+                    res = run_pair(spark, dataset, base, sync, model, budget, task_s)
+                    s, a = res[sync], res[PAIRS[sync]]
+                    round_slow = s.wall_seconds / s.updates
+                    target = max(s.final_objective, a.final_objective)
+                    ts, ta = time_to(s.snapshots, target), time_to(a.snapshots, target)
+                    speedup = (ts / ta) if ts and ta else None
+                    ceiling = round_slow / round_clean
+                    rows.append(
+                        {
+                            "P": P,
+                            "pair": f"{PAIRS[sync]}/{sync}",
+                            "stragglers": model,
+                            "task_seconds": task_s,
+                            "round_clean": round_clean,
+                            "round_slow": round_slow,
+                            "ceiling": ceiling,
+                            "speedup": speedup,
+                            "target": target,
+                            "sync_updates": s.updates,
+                            "async_updates": a.updates,
+                            "async_mean_staleness": a.summary()["mean_staleness"],
+                            "sync_final": s.final_objective,
+                            "async_final": a.final_objective,
+                        }
+                    )
+                    r = rows[-1]
+                    sp = "-" if speedup is None else f"{speedup:.2f}"
+                    print(
+                        f"P={P:3d} {r['pair']:11s} {model:14s} task={task_s * 1e3:6.1f}ms "
+                        f"round {round_clean:.3f}->{round_slow:.3f}s ceiling={ceiling:5.2f} "
+                        f"speedup={sp:>5s} ({(speedup or 0) / ceiling:5.0%} of ceiling) "
+                        f"updates {s.updates}/{a.updates} staleness {r['async_mean_staleness']:.1f} "
+                        f"final {s.final_objective:.5f}/{a.final_objective:.5f}",
+                        flush=True,
+                    )
+    finally:
+        spark.stop()
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2))
+    headline = [
+        r
+        for r in rows
+        if r["P"] == partitions[0] and r["stragglers"] == "cloud" and r["pair"].startswith("asaga")
+    ]
+    value = headline[0]["speedup"] if headline and headline[0]["speedup"] else float("nan")
+    print(f"RESULT asaga_speedup_cloud {value:.3f}")
+    return value
+
+
+if __name__ == "__main__":
+    t0 = time.monotonic()
+    main(sys.argv[1:])
+    print(f"# {time.monotonic() - t0:.0f} s", file=sys.stderr)
