@@ -77,7 +77,17 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--method",
         default="asaga",
-        help="sgd | asgd | saga | asaga, or a comma list (e.g. asaga,saga) to run side by side",
+        help="sgd | asgd | saga | asaga | hb | ahb | ag | aag | apg | aapg, or a comma list "
+        "(e.g. asaga,saga) to run side by side",
+    )
+    p.add_argument(
+        "--momentum", type=_float, default=None, help="beta for hb/ag/apg with an explicit --step"
+    )
+    p.add_argument(
+        "--momentum-damping",
+        type=_float,
+        default=0.0,
+        help="c >= 0: asynchronous momentum uses beta / (1 + c * staleness)",
     )
     p.add_argument("--l2", type=_float, default=1e-4)
     p.add_argument("--l1", type=_float, default=0.0)
@@ -154,7 +164,7 @@ def _methods(text: str) -> list[str]:
 
 
 def _train_configs(args: argparse.Namespace) -> list[Any]:
-    from async_spark.solvers.config import TrainConfig
+    from async_spark.solvers.config import MOMENTUM_METHODS, SYNC_METHODS, TrainConfig
 
     methods = _methods(args.method)
     if not methods:
@@ -177,9 +187,11 @@ def _train_configs(args: argparse.Namespace) -> list[Any]:
             step_rule=args.step_rule,
             batch_fraction=args.batch_fraction,
             partitions=args.partitions,
-            beta=args.beta if method in ("asgd", "asaga") else None,
-            tau=args.tau if method in ("asgd", "asaga") else None,
-            ssp=args.ssp if method in ("asgd", "asaga") else None,
+            beta=None if method in SYNC_METHODS else args.beta,
+            tau=None if method in SYNC_METHODS else args.tau,
+            ssp=None if method in SYNC_METHODS else args.ssp,
+            momentum=args.momentum if method in MOMENTUM_METHODS else None,
+            momentum_damping=args.momentum_damping,
             stragglers=args.stragglers,
             straggler_base=args.straggler_base,
             seed=args.seed,
@@ -191,8 +203,9 @@ def _train_configs(args: argparse.Namespace) -> list[Any]:
             quiet=args.quiet,
             publisher=args.publisher,
         )
-        if len(methods) == 1:  # a sync method given async-only flags is an error, said clearly
+        if len(methods) == 1:  # flags that do not apply to the method are errors, said clearly
             cfg.beta, cfg.tau, cfg.ssp = args.beta, args.tau, args.ssp
+            cfg.momentum = args.momentum
         configs.append(cfg.validate())
     return configs
 

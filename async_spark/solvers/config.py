@@ -16,10 +16,11 @@ from async_spark.engine.policies import (
 )
 from async_spark.engine.stragglers import StragglerModel, parse_stragglers
 
-__all__ = ["LINEAR_METHODS", "SYNC_METHODS", "TrainConfig", "ConfigError"]
+__all__ = ["LINEAR_METHODS", "MOMENTUM_METHODS", "SYNC_METHODS", "TrainConfig", "ConfigError"]
 
-LINEAR_METHODS = ("sgd", "asgd", "saga", "asaga")
-SYNC_METHODS = ("sgd", "saga")
+LINEAR_METHODS = ("sgd", "asgd", "saga", "asaga", "hb", "ahb", "ag", "aag", "apg", "aapg")
+SYNC_METHODS = ("sgd", "saga", "hb", "ag", "apg")
+MOMENTUM_METHODS = ("hb", "ahb", "ag", "aag", "apg", "aapg")
 STEP_RULES = ("constant", "sqrt", "staleness")
 
 
@@ -59,6 +60,8 @@ class TrainConfig:
     l1: float = 0.0
     step: float | str = "auto"
     step_rule: str | None = None  # default: sqrt for sgd/asgd, constant for saga/asaga
+    momentum: float | None = None  # beta for hb/ag/apg with an explicit --step
+    momentum_damping: float = 0.0  # beta / (1 + c * staleness) for asynchronous momentum
     batch_fraction: float = 0.1
     partitions: int = 8
     beta: float | None = None
@@ -97,6 +100,18 @@ class TrainConfig:
             raise ConfigError(
                 f"--step-rule must be one of {', '.join(STEP_RULES)}, got {self.step_rule!r}"
             )
+        if self.method in MOMENTUM_METHODS:
+            if self.step != "auto" and self.momentum is None:
+                raise ConfigError("--momentum is needed with an explicit --step for hb/ag/apg")
+            if self.momentum is not None:
+                m = _positive_float("--momentum", self.momentum, allow_zero=True)
+                if m >= 1:
+                    raise ConfigError(f"--momentum must be in [0, 1), got {self.momentum!r}")
+            _positive_float("--momentum-damping", self.momentum_damping, allow_zero=True)
+        elif self.momentum is not None:
+            raise ConfigError(
+                f"--momentum applies to hb, ag, apg and their asynchronous forms, not {self.method}"
+            )
         b = _positive_float("--batch-fraction", self.batch_fraction)
         if b > 1:
             raise ConfigError(f"--batch-fraction must be in (0, 1], got {self.batch_fraction!r}")
@@ -105,7 +120,8 @@ class TrainConfig:
             for name, value in (("--beta", self.beta), ("--tau", self.tau), ("--ssp", self.ssp)):
                 if value is not None:
                     raise ConfigError(
-                        f"{name} applies to the asynchronous methods (asgd, asaga), not {self.method}"
+                        f"{name} applies to the asynchronous methods (asgd, asaga, ahb, aag, aapg), "
+                        f"not {self.method}"
                     )
         try:
             self.policy()
@@ -144,6 +160,7 @@ class TrainConfig:
 
     @property
     def rule_name(self) -> str:
+        """What the tasks compute: SAGA's corrected gradients, or plain gradients (SGD, momentum)."""
         return "saga" if self.method in ("saga", "asaga") else "sgd"
 
     def policy(self) -> Policy:

@@ -41,8 +41,9 @@ from async_spark.optim.saga import SAGAMessage, combine_saga_messages, saga
 from async_spark.optim.sgd import SGDMessage, combine_sgd_messages, sample_rows, sgd
 from async_spark.optim.steps import auto_step, make_step_rule
 
-from .config import TrainConfig
+from .config import MOMENTUM_METHODS, TrainConfig
 from .evaluate import Evaluator
+from .momentum import MomentumLinear, momentum_step
 from .tasks import LinearTaskArgs, linear_task
 
 __all__ = ["TrainResult", "train_linear", "build_model"]
@@ -69,6 +70,7 @@ class TrainResult:
     engine_snapshot: dict[str, Any]
     stopped_by: str
     snapshots: list[tuple[float, int, float]] = field(default_factory=list)
+    momentum: dict[str, float] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
         c = self.engine_snapshot["counts"]
@@ -104,6 +106,7 @@ class TrainResult:
             "max_staleness": max((int(k) for k in hist), default=0),
             "staleness_histogram": {str(k): v for k, v in hist.items()},
             "mean_task_seconds": self.engine_snapshot["mean_task_seconds"],
+            **({"momentum": self.momentum} if self.momentum else {}),
         }
 
 
@@ -196,16 +199,38 @@ def train_linear(
     model = build_model(config, desc)
     P = desc.num_blocks
     n = desc.n
-    gamma = (
-        auto_step(config.method, model, float(desc.max_row_norm_sq or 0.0))
-        if config.step == "auto"
-        else float(config.step)
-    )
     rule_name = config.rule_name
-    step_rule_name = config.step_rule or ("sqrt" if rule_name == "sgd" else "constant")
-    step_rule = make_step_rule(step_rule_name, gamma, num_blocks=P)
-    make_rule = sgd if rule_name == "sgd" else saga
-    rule = make_rule(model, n=n, num_blocks=P, batch_fraction=config.batch_fraction, step=step_rule)
+    rule: Any
+    momentum_info: dict[str, float] = {}
+    if config.method in MOMENTUM_METHODS:
+        if config.step == "auto":
+            gamma, beta, momentum_info = momentum_step(config.method, model, source, desc)
+        else:
+            gamma, beta = float(config.step), float(config.momentum or 0.0)
+        momentum_info.update(alpha=gamma, beta=beta, damping=config.momentum_damping)
+        rule = MomentumLinear(
+            config.method,
+            model,
+            n=n,
+            num_blocks=P,
+            batch_fraction=config.batch_fraction,
+            alpha=gamma,
+            beta=beta,
+            momentum_damping=config.momentum_damping,
+        )
+    else:
+        gamma = (
+            auto_step(config.method, model, float(desc.max_row_norm_sq or 0.0))
+            if config.step == "auto"
+            else float(config.step)
+        )
+        step_rule_name = config.step_rule or ("sqrt" if rule_name == "sgd" else "constant")
+        step_rule = make_step_rule(step_rule_name, gamma, num_blocks=P)
+        make_rule = sgd if rule_name == "sgd" else saga
+        rule = make_rule(
+            model, n=n, num_blocks=P, batch_fraction=config.batch_fraction, step=step_rule
+        )
+    iterate = getattr(rule, "iterate", lambda params, state: params)
     theta = init_params(model)
     state: Any = rule.init(theta)
     offsets = desc.row_offsets
@@ -305,7 +330,7 @@ def train_linear(
                     }
                 )
                 if now >= next_snapshot:
-                    snapshots.append((now, engine.version, theta.copy()))
+                    snapshots.append((now, engine.version, np.array(iterate(theta, state))))
                     if side_eval is not None:
                         side_eval.submit(len(snapshots) - 1, snapshots[-1][2])
                     next_snapshot = now + config.eval_every
@@ -338,7 +363,7 @@ def train_linear(
         if side_eval is not None:
             side_eval.close()
     if not snapshots or snapshots[-1][1] != engine.version:
-        snapshots.append((wall, engine.version, theta.copy()))
+        snapshots.append((wall, engine.version, np.array(iterate(theta, state))))
 
     # Off the clock: every snapshot in one evaluation job.
     known = {} if side_eval is None else side_eval.values
@@ -366,7 +391,7 @@ def train_linear(
         config=config,
         descriptor=desc,
         model=model,
-        theta=theta,
+        theta=np.array(iterate(theta, state)),
         step=gamma,
         wall_seconds=wall,
         updates=updates,
@@ -378,4 +403,5 @@ def train_linear(
         engine_snapshot=snap,
         stopped_by=stopped_by,
         snapshots=[(s, v, values[i]) for i, (s, v, _) in enumerate(snapshots)],
+        momentum=momentum_info,
     )

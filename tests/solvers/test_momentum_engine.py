@@ -1,0 +1,109 @@
+"""Momentum methods through the training loop: numpy reference, fewer updates than SGD, options."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.special import expit
+
+from async_spark.data.dataset import open_dataset
+from async_spark.solvers import ConfigError, TrainConfig, train_linear
+from async_spark.solvers.momentum import gram_max_eigenvalue
+
+
+@pytest.fixture(scope="module")
+def cancer():
+    return open_dataset("builtin:breast_cancer", 2, standardize=True, loss="logistic")
+
+
+def _full_gradient(X, y, theta, l2):
+    Xt = np.hstack([X, np.ones((len(y), 1))])
+    g = Xt.T @ (expit(Xt @ theta) - y) / len(y)
+    g[:-1] += l2 * theta[:-1]
+    return g
+
+
+def test_sync_ag_matches_a_numpy_nesterov_loop(cancer):
+    source, desc = cancer
+    blocks = [source.load(p) for p in range(desc.num_blocks)]
+    X, y = np.vstack([b.X for b in blocks]), np.concatenate([b.y for b in blocks])
+    alpha, beta, l2 = 0.2, 0.8, 1e-2
+    cfg = TrainConfig(
+        data="x",
+        method="ag",
+        partitions=2,
+        batch_fraction=1.0,
+        l2=l2,
+        step=alpha,
+        momentum=beta,
+        max_updates=40,
+        quiet=True,
+    )
+    result = train_linear(cfg, dataset=cancer)
+    x = x_prev = np.zeros(X.shape[1] + 1)
+    for _ in range(40):
+        yk = x + beta * (x - x_prev)
+        x_prev, x = x, yk - alpha * _full_gradient(X, y, yk, l2)
+    np.testing.assert_allclose(result.theta, x, rtol=0, atol=1e-10)
+
+
+def test_momentum_needs_fewer_updates_than_sgd_when_ill_conditioned(cancer):
+    L = 0.25 * gram_max_eigenvalue(*cancer) + 1e-2
+    assert L / 1e-2 > 100  # kappa: an ill-conditioned problem
+    finals = {}
+    for method, extra in (("sgd", dict(step=1 / L, step_rule="constant")), ("hb", {}), ("ag", {})):
+        cfg = TrainConfig(
+            data="x",
+            method=method,
+            partitions=2,
+            batch_fraction=1.0,
+            l2=1e-2,
+            max_updates=80,
+            quiet=True,
+            **extra,
+        )
+        finals[method] = train_linear(cfg, dataset=cancer).final_objective
+    assert finals["ag"] < finals["sgd"] and finals["hb"] < finals["sgd"]
+
+
+def test_staleness_damping_stabilizes_asynchronous_heavy_ball(cancer):
+    def run(damping):
+        cfg = TrainConfig(
+            data="x",
+            method="ahb",
+            partitions=2,
+            batch_fraction=1.0,
+            l2=1e-2,
+            max_updates=150,
+            quiet=True,
+            momentum_damping=damping,
+            stragglers="intensity:1.0",
+        )
+        r = train_linear(cfg, dataset=cancer)
+        return r.final_objective, r.summary()["mean_staleness"], r.momentum
+
+    plain, stale, info = run(0.0)
+    damped, _, _ = run(2.0)
+    assert info["kappa"] > 100 and stale > 0
+    assert damped < plain
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        (dict(method="ag", step=0.1), "--momentum is needed"),
+        (dict(method="hb", step=0.1, momentum=1.0), "--momentum must be in"),
+        (dict(method="sgd", momentum=0.5), "--momentum applies"),
+        (dict(method="aag", momentum_damping=-1.0), "--momentum-damping"),
+        (dict(method="ag", tau=3), "--tau applies"),
+    ],
+)
+def test_bad_momentum_options(kwargs, needle):
+    with pytest.raises(ConfigError, match=needle):
+        TrainConfig(**kwargs).validate()
+
+
+def test_auto_step_needs_strong_convexity(cancer):
+    cfg = TrainConfig(data="x", method="ag", partitions=2, l2=0.0, max_updates=5, quiet=True)
+    with pytest.raises(ValueError, match="--l2 > 0"):
+        train_linear(cfg, dataset=cancer)
