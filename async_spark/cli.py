@@ -232,6 +232,7 @@ def run_train(args: argparse.Namespace) -> int:
     owned = SparkSession.getActiveSession() is None  # a notebook's or test's session stays up
     spark = build_session(args.master, app_name="async-spark train", conf=args.conf)
     rows = []
+    results: list[Any] = []
     try:
         for cfg in configs:
             result = train_linear(cfg, spark=spark, dataset=dataset)
@@ -240,11 +241,29 @@ def run_train(args: argparse.Namespace) -> int:
             if cfg.out is not None:
                 write_run(result, cfg.out)
             rows.append(result.summary())
+            results.append(result)
     finally:
         if owned:
             spark.stop()
     _print_table(rows)
+    if len(results) == 2:
+        _print_common_target(*results)
     return 0
+
+
+def _print_common_target(a: Any, b: Any) -> None:
+    """Time each run took to reach the objective both reached (the worse final objective)."""
+    target = max(a.final_objective, b.final_objective)
+
+    def reach(r: Any) -> float | None:
+        return next((t for t, _, obj in r.snapshots if obj <= target), None)
+
+    ta, tb = reach(a), reach(b)
+    if ta and tb:
+        print(
+            f"to objective {target:.6g}: {a.config.method} {ta:.2f} s, {b.config.method} {tb:.2f} s "
+            f"-> {a.config.method} is {tb / ta:.2f}x faster"
+        )
 
 
 def _print_table(rows: list[dict[str, Any]]) -> None:
