@@ -209,3 +209,24 @@ def test_closing_mid_run_cancels_in_flight_work(sc):
 
 def test_status_enum_is_shared():
     assert TaskStatus("ok") is TaskStatus.OK
+
+
+def test_partial_barrier_dispatches_rounds_of_at_least_ceil_beta_p(sc):
+    args = {"sleep": {0: 0.3, 1: 0.05, 2: 0.02, 3: 0.01}}
+    with _engine(sc, echo_task, Policy.partial_barrier(0.5), task_args=lambda t: args) as eng:
+        sizes = []
+        dispatch = eng.core.next_dispatches
+
+        def recording():
+            tickets = dispatch()
+            if tickets:
+                sizes.append(len(tickets))
+            return tickets
+
+        eng.core.next_dispatches = recording
+        for i, _ in enumerate(eng.results()):
+            eng.publish(np.full(3, float(eng.version + 1)))
+            if i == 24:
+                break
+    assert sizes[0] == 4 and all(s >= 2 for s in sizes)  # ceil(0.5 * 4) = 2
+    assert any(s < 4 for s in sizes)  # rounds start before the slowest block is back
