@@ -189,6 +189,10 @@ class AsyncEngine:
         finally:
             self.history.close()
 
+    def elapsed(self) -> float:
+        """Seconds since the engine started (the run's clock)."""
+        return self._clock() - self._t0
+
     # --- versions -----------------------------------------------------------------------------
     @property
     def version(self) -> int:

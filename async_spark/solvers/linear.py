@@ -22,10 +22,10 @@ so the objective never costs the run training time.
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -172,6 +172,7 @@ def train_linear(
     spark: Any = None,
     transport: Transport | None = None,
     dataset: tuple[BlockSource, DatasetDescriptor] | None = None,
+    engine_factory: Any = None,
 ) -> TrainResult:
     """Run one training job.
 
@@ -184,6 +185,11 @@ def train_linear(
         Overrides the transport built from ``spark``.
     dataset : (BlockSource, DatasetDescriptor), optional
         An already opened dataset (skips :func:`open_dataset`).
+    engine_factory : callable, optional
+        ``engine_factory(task_fn, **engine_options)`` returning an object with the interface of
+        :class:`~async_spark.engine.AsyncEngine` (e.g. a virtual-time emulator); the default
+        builds an ``AsyncEngine`` on ``transport``. The loop reads time from
+        ``engine.elapsed()``, so an emulator's virtual clock drives the trace.
     """
     config.validate()
     if dataset is None:
@@ -269,8 +275,9 @@ def train_linear(
     )
 
     run_name = f"{config.method}-{desc.dataset_id[:24]}"
-    engine = AsyncEngine(
-        transport,
+    if engine_factory is None:
+        engine_factory = functools.partial(AsyncEngine, transport)
+    engine = engine_factory(
         linear_task,
         num_blocks=P,
         policy=config.policy(),
@@ -289,7 +296,6 @@ def train_linear(
     stopped_by = "max_updates"
     round_buffer: list[Any] = []
     next_snapshot = 0.0
-    t0 = time.monotonic()
 
     def message(result: Any) -> Any:
         if rule_name == "sgd":
@@ -319,7 +325,7 @@ def train_linear(
                     )
                 engine.publish(theta)
                 updates += 1
-                now = time.monotonic() - t0
+                now = engine.elapsed()
                 trace.append(
                     {
                         "seconds": round(now, 6),
@@ -345,7 +351,7 @@ def train_linear(
                         raise side_eval.error
                     stopped_by = "target_objective"
                     break
-            wall = time.monotonic() - t0
+            wall = engine.elapsed()
             # Rejected results (staleness bound) are part of the trace, marked as such.
             for seconds, version, staleness, block, accepted, _ in engine.trajectory:
                 if not accepted:
