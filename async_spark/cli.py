@@ -15,7 +15,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +137,19 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--out", default=None, help="output folder: summary.json, trace.jsonl, model.npz"
     )
+    p.add_argument(
+        "--checkpoint-every", type=_optional_int, default=None, help="updates between checkpoints"
+    )
+    p.add_argument(
+        "--checkpoint-seconds", type=_float, default=None, help="seconds between checkpoints"
+    )
+    p.add_argument("--keep-checkpoints", type=_optional_int, default=3)
+    p.add_argument(
+        "--resume",
+        default=None,
+        metavar="DIR",
+        help="continue the run saved in DIR/checkpoints (its configuration; outputs into DIR)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress line")
     add_spark_arguments(p)
 
@@ -202,12 +217,48 @@ def _train_configs(args: argparse.Namespace) -> list[Any]:
             out=out,
             quiet=args.quiet,
             publisher=args.publisher,
+            checkpoint_every=args.checkpoint_every,
+            checkpoint_seconds=args.checkpoint_seconds,
+            keep_checkpoints=args.keep_checkpoints,
         )
         if len(methods) == 1:  # flags that do not apply to the method are errors, said clearly
             cfg.beta, cfg.tau, cfg.ssp = args.beta, args.tau, args.ssp
             cfg.momentum = args.momentum
         configs.append(cfg.validate())
     return configs
+
+
+def _resume_config(args: argparse.Namespace) -> tuple[Any, Any]:
+    import dataclasses
+
+    from async_spark.solvers.checkpoint import load_latest
+    from async_spark.solvers.config import TrainConfig
+
+    ckpt = load_latest(args.resume)
+    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    stored = {k: v for k, v in ckpt.config.items() if k in names}
+    if stored.get("data") == "arrays":
+        raise ValueError(f"{ckpt.path}: a run on in-memory arrays cannot be resumed from the CLI")
+    cfg = TrainConfig(**{**stored, "out": args.resume, "quiet": args.quiet})
+    return cfg.validate(), ckpt
+
+
+def _install_stop_handlers(stop: threading.Event, received: list[int]) -> dict[Any, Any]:
+    """SIGINT/SIGTERM end the run cleanly (final checkpoint and outputs); a second one aborts."""
+
+    def handler(signum: int, frame: Any) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        received.append(signum)
+        stop.set()
+        name = signal.Signals(signum).name
+        print(f"\nstopping after the current update ({name})", file=sys.stderr)
+
+    previous: dict[Any, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, handler)
+    return previous
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -217,7 +268,12 @@ def run_train(args: argparse.Namespace) -> int:
     from async_spark.solvers.linear import train_linear
     from async_spark.solvers.outputs import write_run
 
-    configs = _train_configs(args)
+    resume = None
+    if args.resume is not None:
+        cfg, resume = _resume_config(args)
+        configs = [cfg]
+    else:
+        configs = _train_configs(args)
     first = configs[0]
     dataset = open_dataset(
         first.data,
@@ -233,9 +289,14 @@ def run_train(args: argparse.Namespace) -> int:
     spark = build_session(args.master, app_name="async-spark train", conf=args.conf)
     rows = []
     results: list[Any] = []
+    stop = threading.Event()
+    received: list[int] = []
+    previous = _install_stop_handlers(stop, received)
     try:
         for cfg in configs:
-            result = train_linear(cfg, spark=spark, dataset=dataset)
+            if stop.is_set():
+                break
+            result = train_linear(cfg, spark=spark, dataset=dataset, resume=resume, stop=stop)
             if not cfg.quiet:
                 sys.stderr.write("\n")
             if cfg.out is not None:
@@ -243,11 +304,15 @@ def run_train(args: argparse.Namespace) -> int:
             rows.append(result.summary())
             results.append(result)
     finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
         if owned:
             spark.stop()
     _print_table(rows)
     if len(results) == 2:
         _print_common_target(*results)
+    if received:
+        return 128 + received[0]  # 130 for SIGINT, 143 for SIGTERM
     return 0
 
 

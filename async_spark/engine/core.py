@@ -121,6 +121,8 @@ class SchedulerCore:
         backoff: float = 0.5,
         backoff_max: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
+        initial_version: int = 0,
+        block_tasks: list[int] | None = None,
     ) -> None:
         policy.validate(num_blocks, max_in_flight)
         if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
@@ -139,7 +141,21 @@ class SchedulerCore:
         self._lock = threading.RLock()
         self._blocks = [_Block() for _ in range(num_blocks)]
         self._by_task: dict[int, int] = {}  # task id -> block, for tasks in flight
-        self.version = 0
+        if (
+            isinstance(initial_version, bool)
+            or not isinstance(initial_version, int)
+            or initial_version < 0
+        ):
+            raise PolicyError(f"initial_version must be an integer >= 0, got {initial_version!r}")
+        self.version = initial_version
+        if block_tasks is not None:
+            # Resuming: each block's task count seeds its samples, so it must continue, not restart.
+            if len(block_tasks) != num_blocks or any(int(t) < 0 for t in block_tasks):
+                raise PolicyError(
+                    f"block_tasks must hold {num_blocks} counts >= 0, got {list(block_tasks)!r}"
+                )
+            for b, t in zip(self._blocks, block_tasks, strict=True):
+                b.tasks = int(t)
         self._next_task_id = 0
         self.counts = Counter(
             {"dispatched": 0, "accepted": 0, "rejected": 0, "cancelled": 0, "failed": 0}
@@ -158,6 +174,11 @@ class SchedulerCore:
 
     def status(self, block: int) -> BlockStatus:
         return self._blocks[block].status
+
+    def block_tasks(self) -> list[int]:
+        """Tasks dispatched per block so far (a checkpoint stores them; resuming continues them)."""
+        with self._lock:
+            return [b.tasks for b in self._blocks]
 
     def running_tickets(self) -> list[TaskTicket]:
         with self._lock:

@@ -91,6 +91,9 @@ class AsyncEngine:
         A driver-side progress line about once a second (to stderr when True).
     keep_trajectory : bool
         Record (seconds, version, staleness, block, accepted) per finished task.
+    initial_version, block_tasks, elapsed_offset
+        Resume a run: the version clock, each block's task count (it seeds the tasks' samples)
+        and the seconds already trained.
     """
 
     def __init__(
@@ -112,6 +115,9 @@ class AsyncEngine:
         progress: bool | TextIO = False,
         keep_trajectory: bool = True,
         clock: Callable[[], float] = time.monotonic,
+        initial_version: int = 0,
+        block_tasks: list[int] | None = None,
+        elapsed_offset: float = 0.0,
     ) -> None:
         self.core = SchedulerCore(
             num_blocks,
@@ -120,6 +126,8 @@ class AsyncEngine:
             max_retries=max_retries,
             backoff=backoff,
             clock=clock,
+            initial_version=initial_version,
+            block_tasks=block_tasks,
         )
         if warmup_tasks is not None and (not isinstance(warmup_tasks, int) or warmup_tasks < 1):
             raise ValueError(f"warmup_tasks must be an integer >= 1, got {warmup_tasks!r}")
@@ -130,7 +138,8 @@ class AsyncEngine:
         self.warmup_tasks = 2 * num_blocks if warmup_tasks is None else warmup_tasks
         self.run_name = run_name
         self.history = HistoryStore(transport.publisher)
-        self.history.publish(0, initial_model)
+        self.history.publish(initial_version, initial_model)
+        self._elapsed_offset = float(elapsed_offset)
         self._clock = clock
         self._started = False
         self._closed = False
@@ -190,8 +199,9 @@ class AsyncEngine:
             self.history.close()
 
     def elapsed(self) -> float:
-        """Seconds since the engine started (the run's clock)."""
-        return self._clock() - self._t0
+        """Seconds of the run: since the engine started, plus ``elapsed_offset`` (time before a
+        resume)."""
+        return self._elapsed_offset + self._clock() - self._t0
 
     # --- versions -----------------------------------------------------------------------------
     @property
@@ -341,7 +351,7 @@ class AsyncEngine:
         if self.keep_trajectory and outcome.status is TaskStatus.OK:
             self.trajectory.append(
                 (
-                    self._clock() - self._t0,
+                    self.elapsed(),
                     self.core.version,
                     decision.staleness,
                     ticket.block,
@@ -355,7 +365,7 @@ class AsyncEngine:
     def snapshot(self) -> dict[str, Any]:
         """Bookkeeping, readable at any time from any thread."""
         snap = self.core.snapshot()
-        snap["seconds"] = self._clock() - self._t0
+        snap["seconds"] = self.elapsed()
         snap["mean_task_seconds"] = self.mean_task_seconds
         snap["live_broadcasts"] = self.history.live_handles
         snap["stragglers"] = str(self.stragglers)

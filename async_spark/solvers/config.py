@@ -77,6 +77,9 @@ class TrainConfig:
     out: str | None = None
     quiet: bool = False
     max_retries: int = 3
+    checkpoint_every: int | None = None  # updates between checkpoints (needs out)
+    checkpoint_seconds: float | None = None  # seconds between checkpoints (needs out)
+    keep_checkpoints: int = 3
     publisher: str = "broadcast"
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -148,6 +151,13 @@ class TrainConfig:
                 )
         _positive_float("--eval-every", self.eval_every)
         _int_at_least("--max-retries", self.max_retries, 0)
+        if self.checkpoint_every is not None:
+            _int_at_least("--checkpoint-every", self.checkpoint_every, 1)
+        if self.checkpoint_seconds is not None:
+            _positive_float("--checkpoint-seconds", self.checkpoint_seconds)
+        _int_at_least("--keep-checkpoints", self.keep_checkpoints, 1)
+        if (self.checkpoint_every or self.checkpoint_seconds) and self.out is None:
+            raise ConfigError("--checkpoint-every/--checkpoint-seconds need --out DIR")
         if self.publisher not in ("broadcast", "inline"):
             raise ConfigError(f"--publisher must be broadcast or inline, got {self.publisher!r}")
         if self.max_updates is None and self.time_budget is None and self.target_objective is None:

@@ -41,6 +41,7 @@ from async_spark.optim.saga import SAGAMessage, combine_saga_messages, saga
 from async_spark.optim.sgd import SGDMessage, combine_sgd_messages, sample_rows, sgd
 from async_spark.optim.steps import auto_step, make_step_rule
 
+from .checkpoint import Checkpoint, CheckpointError, save_checkpoint, state_from_parts
 from .config import MOMENTUM_METHODS, TrainConfig
 from .evaluate import Evaluator
 from .momentum import MomentumLinear, momentum_step
@@ -49,6 +50,8 @@ from .tasks import LinearTaskArgs, linear_task
 __all__ = ["TrainResult", "train_linear", "build_model"]
 
 log = logging.getLogger(__name__)
+
+MAX_SNAPSHOTS = 400  # snapshots kept in memory for evaluation (decimated beyond)
 
 
 @dataclass
@@ -173,6 +176,8 @@ def train_linear(
     transport: Transport | None = None,
     dataset: tuple[BlockSource, DatasetDescriptor] | None = None,
     engine_factory: Any = None,
+    resume: Checkpoint | None = None,
+    stop: threading.Event | None = None,
 ) -> TrainResult:
     """Run one training job.
 
@@ -190,6 +195,12 @@ def train_linear(
         :class:`~async_spark.engine.AsyncEngine` (e.g. a virtual-time emulator); the default
         builds an ``AsyncEngine`` on ``transport``. The loop reads time from
         ``engine.elapsed()``, so an emulator's virtual clock drives the trace.
+    resume : Checkpoint, optional
+        Continue the run saved in this checkpoint (see :mod:`.checkpoint`).
+    stop : threading.Event, optional
+        Set it (e.g. from a signal handler) to end the run cleanly after the current update:
+        in-flight tasks are cancelled, a final checkpoint is written, ``stopped_by`` is
+        ``"interrupted"``.
     """
     config.validate()
     if dataset is None:
@@ -239,6 +250,16 @@ def train_linear(
     iterate = getattr(rule, "iterate", lambda params, state: params)
     theta = init_params(model)
     state: Any = rule.init(theta)
+    if resume is not None:
+        if resume.theta.shape != theta.shape:
+            raise CheckpointError(
+                f"{resume.path}: the checkpoint's model has {resume.theta.size} parameters, this "
+                f"run's {theta.size}: it is a checkpoint of another model or dataset"
+            )
+        if resume.config.get("dataset_id") not in (None, desc.dataset_id):
+            raise CheckpointError(f"{resume.path}: the checkpoint is of another dataset")
+        theta = np.array(resume.theta)
+        state = state_from_parts(state, resume.state_arrays, resume.state_scalars)
     offsets = desc.row_offsets
     sampled_rows: dict[int, np.ndarray] = {}  # task id -> global rows (SAGA)
 
@@ -288,14 +309,44 @@ def train_linear(
         max_retries=config.max_retries,
         run_name=run_name,
         progress=not config.quiet,
+        **(
+            {}
+            if resume is None
+            else {
+                "initial_version": resume.version,
+                "block_tasks": resume.block_tasks,
+                "elapsed_offset": resume.seconds,
+            }
+        ),
     )
 
-    trace: list[dict[str, Any]] = []
-    snapshots: list[tuple[float, int, np.ndarray]] = []
-    updates = 0
+    trace: list[dict[str, Any]] = [] if resume is None else list(resume.trace)
+    snapshots: list[tuple[float, int, np.ndarray]] = (
+        [(0.0, 0, theta.copy())] if resume is None else list(resume.snapshots)
+    )
+    updates = 0 if resume is None else resume.updates
     stopped_by = "max_updates"
     round_buffer: list[Any] = []
-    next_snapshot = 0.0
+    eval_every = config.eval_every
+    next_snapshot = (snapshots[-1][0] if snapshots else 0.0) + eval_every
+    last_checkpoint = engine.elapsed()
+
+    def checkpoint() -> None:
+        if config.out is None:
+            return
+        save_checkpoint(
+            config.out,
+            updates=updates,
+            version=engine.version,
+            seconds=engine.elapsed(),
+            theta=theta,
+            state=state,
+            block_tasks=engine.core.block_tasks(),
+            config={**config.as_dict(), "dataset_id": desc.dataset_id},
+            trace=trace,
+            snapshots=snapshots,
+            keep=config.keep_checkpoints,
+        )
 
     def message(result: Any) -> Any:
         if rule_name == "sgd":
@@ -306,8 +357,6 @@ def train_linear(
 
     try:
         with engine:
-            snapshots.append((0.0, 0, theta.copy()))
-            next_snapshot = config.eval_every
             for result in engine.results():
                 msg = message(result)
                 if config.synchronous:
@@ -339,7 +388,20 @@ def train_linear(
                     snapshots.append((now, engine.version, np.array(iterate(theta, state))))
                     if side_eval is not None:
                         side_eval.submit(len(snapshots) - 1, snapshots[-1][2])
-                    next_snapshot = now + config.eval_every
+                    if len(snapshots) > MAX_SNAPSHOTS and side_eval is None:
+                        # A long run keeps bounded memory: every other snapshot goes, and they
+                        # are taken half as often from now on (the first and last are kept).
+                        snapshots = snapshots[:-1:2] + snapshots[-1:]
+                        eval_every *= 2
+                    next_snapshot = now + eval_every
+                if (
+                    config.checkpoint_every is not None and updates % config.checkpoint_every == 0
+                ) or (
+                    config.checkpoint_seconds is not None
+                    and now - last_checkpoint >= config.checkpoint_seconds
+                ):
+                    checkpoint()
+                    last_checkpoint = now
                 if config.max_updates is not None and updates >= config.max_updates:
                     stopped_by = "max_updates"
                     break
@@ -351,7 +413,12 @@ def train_linear(
                         raise side_eval.error
                     stopped_by = "target_objective"
                     break
+                if stop is not None and stop.is_set():
+                    stopped_by = "interrupted"
+                    break
             wall = engine.elapsed()
+            if config.checkpoint_every is not None or config.checkpoint_seconds is not None:
+                checkpoint()  # the final state, whatever stopped the run
             # Rejected results (staleness bound) are part of the trace, marked as such.
             for seconds, version, staleness, block, accepted, _ in engine.trajectory:
                 if not accepted:

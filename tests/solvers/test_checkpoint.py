@@ -1,0 +1,211 @@
+"""Checkpoints: exact resume of a synchronous seeded run, damage detection, kill -9 and SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from async_spark.data.dataset import open_dataset
+from async_spark.solvers import TrainConfig, train_linear
+from async_spark.solvers.checkpoint import CheckpointError, load_latest
+
+CANCER = ("builtin:breast_cancer", 2)
+
+
+@pytest.fixture(scope="module")
+def cancer():
+    return open_dataset(CANCER[0], CANCER[1], standardize=True, loss="logistic")
+
+
+def _cfg(out, method="saga", **kw):
+    base = dict(
+        data=CANCER[0],
+        standardize=True,
+        method=method,
+        partitions=CANCER[1],
+        step=0.2,
+        batch_fraction=0.3,
+        l2=1e-2,
+        seed=5,
+        quiet=True,
+        out=str(out),
+        checkpoint_every=10,
+        eval_every=1e-3,
+    )
+    return TrainConfig(**{**base, **kw})
+
+
+@pytest.mark.parametrize("method", ["saga", "sgd", "ag"])
+def test_resumed_synchronous_run_ends_with_exactly_the_same_model(tmp_path, cancer, method):
+    extra = {"momentum": 0.5} if method == "ag" else {}
+    full = train_linear(_cfg(tmp_path / "full", method, max_updates=60, **extra), dataset=cancer)
+    train_linear(_cfg(tmp_path / "cut", method, max_updates=30, **extra), dataset=cancer)
+    ckpt = load_latest(tmp_path / "cut")
+    assert ckpt.updates == 30 and ckpt.version == 30
+    resumed = train_linear(
+        _cfg(tmp_path / "cut", method, max_updates=60, **extra), dataset=cancer, resume=ckpt
+    )
+    np.testing.assert_array_equal(resumed.theta, full.theta)
+    assert resumed.updates == 60
+    versions = [t["version"] for t in resumed.trace]
+    assert versions == sorted(versions) and versions[-1] == 60  # the trace continues
+
+
+def test_only_the_last_checkpoints_are_kept_and_damage_is_detected(tmp_path, cancer):
+    train_linear(_cfg(tmp_path, max_updates=50, keep_checkpoints=2), dataset=cancer)
+    kept = sorted(p.name for p in (tmp_path / "checkpoints").glob("ckpt-*"))
+    assert kept == ["ckpt-0000000040", "ckpt-0000000050"]
+    newest = tmp_path / "checkpoints" / kept[-1] / "arrays.npz"
+    newest.write_bytes(newest.read_bytes()[:100])  # truncated
+    assert load_latest(tmp_path).updates == 40  # falls back to the intact one
+    (tmp_path / "checkpoints" / kept[0] / "state.json").write_text("{}")
+    with pytest.raises(CheckpointError, match="checksum"):
+        load_latest(tmp_path)
+
+
+def test_a_checkpoint_of_another_model_is_refused(tmp_path, cancer):
+    train_linear(_cfg(tmp_path, max_updates=10), dataset=cancer)
+    ckpt = load_latest(tmp_path)
+    digits = open_dataset("builtin:digits", 2, loss="softmax")
+    other = TrainConfig(
+        data="builtin:digits",
+        loss="softmax",
+        method="saga",
+        partitions=2,
+        max_updates=20,
+        quiet=True,
+    )
+    with pytest.raises(CheckpointError, match="another model"):
+        train_linear(other, dataset=digits, resume=ckpt)
+
+
+def test_checkpoint_options_need_an_output_folder():
+    with pytest.raises(ValueError, match="need --out"):
+        TrainConfig(checkpoint_every=5).validate()
+
+
+def _train_cmd(out, *extra):
+    return [
+        sys.executable,
+        "-m",
+        "async_spark.cli",
+        "train",
+        "--master",
+        "local[2]",
+        "--conf",
+        "spark.ui.enabled=false",
+        "--data",
+        "builtin:breast_cancer",
+        "--standardize",
+        "--method",
+        "saga",
+        "--partitions",
+        "2",
+        "--step",
+        "0.2",
+        "--batch-fraction",
+        "0.3",
+        "--l2",
+        "0.01",
+        "--seed",
+        "5",
+        "--quiet",
+        "--out",
+        str(out),
+        *extra,
+    ]
+
+
+def _env():
+    return dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while not list(path.glob("ckpt-*")):
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        assert time.monotonic() < deadline, "no checkpoint appeared"
+        time.sleep(0.2)
+
+
+@pytest.mark.cluster
+def test_kill_9_then_resume_matches_the_uninterrupted_run(tmp_path):
+    args = ("--max-updates", "150", "--checkpoint-every", "20")
+    full = subprocess.run(
+        _train_cmd(tmp_path / "full", *args),
+        env=_env(),
+        timeout=300,
+        capture_output=True,
+        text=True,
+    )
+    assert full.returncode == 0, full.stderr[-2000:]
+    cut = tmp_path / "cut"
+    proc = subprocess.Popen(
+        _train_cmd(cut, *args),
+        env=_env(),
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        _wait_for(cut / "checkpoints", proc)
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver and its JVM die at once
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert not (cut / "summary.json").exists()
+    resumed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "async_spark.cli",
+            "train",
+            "--resume",
+            str(cut),
+            "--quiet",
+            "--master",
+            "local[2]",
+            "--conf",
+            "spark.ui.enabled=false",
+        ],
+        env=_env(),
+        timeout=300,
+        capture_output=True,
+        text=True,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    with np.load(tmp_path / "full" / "model.npz") as a, np.load(cut / "model.npz") as b:
+        np.testing.assert_array_equal(a["weights"], b["weights"])
+        assert a["intercept"] == b["intercept"]
+    assert json.loads((cut / "summary.json").read_text())["updates"] == 150
+
+
+@pytest.mark.cluster
+def test_sigterm_stops_cleanly_with_exit_143_and_a_final_checkpoint(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        _train_cmd(out, "--max-updates", "100000", "--checkpoint-every", "50"),
+        env=_env(),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _wait_for(out / "checkpoints", proc)
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert code == 143
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["stopped_by"] == "interrupted"
+    assert load_latest(out).updates == summary["updates"]  # the final state is checkpointed
