@@ -33,6 +33,10 @@ class BlockStatus(str, Enum):
     RUNNING = "running"
     FAILED = "failed"  # failed, waiting for its retry
     DEAD = "dead"  # failed more than max_retries times in a row: given up
+    QUARANTINED = "quarantined"  # kept returning invalid (non-finite) results: given up
+
+
+_GIVEN_UP = frozenset({BlockStatus.DEAD, BlockStatus.QUARANTINED})
 
 
 class TaskStatus(str, Enum):
@@ -77,6 +81,7 @@ class _Block:
         "durations",
         "executor",
         "last_staleness",
+        "invalid_in_row",
     )
 
     def __init__(self) -> None:
@@ -90,6 +95,7 @@ class _Block:
         self.durations: deque[float] = deque(maxlen=_TAIL_WINDOW)
         self.executor: str | None = None
         self.last_staleness: int | None = None
+        self.invalid_in_row = 0
 
 
 class SchedulerCore:
@@ -107,6 +113,8 @@ class SchedulerCore:
     backoff : float
         Seconds before the first retry of a failed block; doubles per failure, capped at
         ``backoff_max``.
+    max_invalid : int
+        Invalid results (e.g. NaN) in a row after which a block is quarantined (>= 1).
     clock : callable
         Monotonic seconds; injectable for tests and virtual time.
     """
@@ -120,6 +128,7 @@ class SchedulerCore:
         max_retries: int = 3,
         backoff: float = 0.5,
         backoff_max: float = 30.0,
+        max_invalid: int = 3,
         clock: Callable[[], float] = time.monotonic,
         initial_version: int = 0,
         block_tasks: list[int] | None = None,
@@ -134,6 +143,9 @@ class SchedulerCore:
         self.num_blocks = num_blocks
         self.policy = policy
         self.max_in_flight = num_blocks if max_in_flight is None else max_in_flight
+        if isinstance(max_invalid, bool) or not isinstance(max_invalid, int) or max_invalid < 1:
+            raise PolicyError(f"max_invalid must be an integer >= 1, got {max_invalid!r}")
+        self.max_invalid = max_invalid
         self.max_retries = max_retries
         self.backoff = float(backoff)
         self.backoff_max = float(backoff_max)
@@ -160,6 +172,7 @@ class SchedulerCore:
         self.counts = Counter(
             {"dispatched": 0, "accepted": 0, "rejected": 0, "cancelled": 0, "failed": 0}
         )
+        self.invalid = 0  # rejected because the result was invalid (part of "rejected")
         self.staleness_histogram: Counter[int] = Counter()  # accepted results
         self.rejected_staleness: Counter[int] = Counter()
 
@@ -170,7 +183,7 @@ class SchedulerCore:
 
     @property
     def live_blocks(self) -> int:
-        return sum(b.status is not BlockStatus.DEAD for b in self._blocks)
+        return sum(b.status not in _GIVEN_UP for b in self._blocks)
 
     def status(self, block: int) -> BlockStatus:
         return self._blocks[block].status
@@ -201,7 +214,7 @@ class SchedulerCore:
                 for i, b in enumerate(self._blocks)
                 if b.status is BlockStatus.FAILED and b.retry_at <= now
             ]
-            live_mask = [b.status is not BlockStatus.DEAD for b in self._blocks]
+            live_mask = [b.status not in _GIVEN_UP for b in self._blocks]
             clocks = [b.clock for b in self._blocks]
             # Retries bypass the barrier: a synchronous round waits for the failed block's result,
             # so holding its retry until the whole round is idle would never finish the round.
@@ -266,8 +279,13 @@ class SchedulerCore:
         status: TaskStatus,
         duration: float | None = None,
         executor: str | None = None,
+        valid: bool = True,
     ) -> Decision:
-        """Account for a finished task and decide whether its result is applied."""
+        """Account for a finished task and decide whether its result is applied.
+
+        ``valid=False`` (an OK task whose result failed validation, e.g. non-finite numbers)
+        rejects the result; ``max_invalid`` of them in a row quarantine the block.
+        """
         with self._lock:
             block = self._by_task.pop(task_id, None)
             if block is None:
@@ -280,8 +298,20 @@ class SchedulerCore:
             if executor is not None:
                 b.executor = executor
             accepted = False
-            if status is TaskStatus.OK:
+            if status is TaskStatus.OK and not valid:
                 b.failures_in_row = 0
+                b.invalid_in_row += 1
+                self.invalid += 1
+                self.counts["rejected"] += 1
+                self.rejected_staleness[staleness] += 1
+                b.status = (
+                    BlockStatus.QUARANTINED
+                    if b.invalid_in_row >= self.max_invalid
+                    else BlockStatus.IDLE
+                )
+            elif status is TaskStatus.OK:
+                b.failures_in_row = 0
+                b.invalid_in_row = 0
                 b.clock += 1
                 b.status = BlockStatus.IDLE
                 if duration is not None:
@@ -330,6 +360,7 @@ class SchedulerCore:
                 )
             counts = dict(self.counts)
             counts["in_flight"] = self.in_flight
+            counts["invalid"] = self.invalid
             return {
                 "version": self.version,
                 "policy": str(self.policy),

@@ -29,6 +29,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+import numpy as np
+
 from .core import Decision, SchedulerCore, TaskStatus, TaskTicket
 from .history import HistoryStore
 from .policies import Policy
@@ -39,6 +41,19 @@ from .transport import Outcome, Transport
 __all__ = ["AsyncEngine", "EngineError", "TaskResult"]
 
 log = logging.getLogger(__name__)
+
+
+def finite_payload(payload: Any) -> bool:
+    """True when every number in ``payload`` (arrays, scalars, nested tuples/lists) is finite."""
+    if isinstance(payload, np.ndarray):
+        return not np.issubdtype(payload.dtype, np.number) or bool(np.isfinite(payload).all())
+    if isinstance(payload, float | np.floating):
+        return bool(np.isfinite(payload))
+    if isinstance(payload, tuple | list):
+        return all(finite_payload(p) for p in payload)
+    if isinstance(payload, dict):
+        return all(finite_payload(p) for p in payload.values())
+    return True
 
 
 class EngineError(RuntimeError):
@@ -91,6 +106,10 @@ class AsyncEngine:
         A driver-side progress line about once a second (to stderr when True).
     keep_trajectory : bool
         Record (seconds, version, staleness, block, accepted) per finished task.
+    validate_payload : callable, optional
+        ``validate_payload(payload) -> bool`` on the driver; an invalid result is rejected and
+        counted, and ``max_invalid`` in a row quarantine its block. Default: every number in the
+        payload (arrays, tuples, lists, floats) is finite.
     initial_version, block_tasks, elapsed_offset
         Resume a run: the version clock, each block's task count (it seeds the tasks' samples)
         and the seconds already trained.
@@ -118,6 +137,8 @@ class AsyncEngine:
         initial_version: int = 0,
         block_tasks: list[int] | None = None,
         elapsed_offset: float = 0.0,
+        validate_payload: Callable[[Any], bool] | None = None,
+        max_invalid: int = 3,
     ) -> None:
         self.core = SchedulerCore(
             num_blocks,
@@ -128,7 +149,9 @@ class AsyncEngine:
             clock=clock,
             initial_version=initial_version,
             block_tasks=block_tasks,
+            max_invalid=max_invalid,
         )
+        self.validate_payload = finite_payload if validate_payload is None else validate_payload
         if warmup_tasks is not None and (not isinstance(warmup_tasks, int) or warmup_tasks < 1):
             raise ValueError(f"warmup_tasks must be an integer >= 1, got {warmup_tasks!r}")
         self.transport = transport
@@ -246,7 +269,8 @@ class AsyncEngine:
             if self.core.in_flight == 0:
                 if self.core.live_blocks == 0:
                     raise EngineError(
-                        f"every block failed more than {self.core.max_retries} times in a row; "
+                        f"every block was given up (failed more than {self.core.max_retries} "
+                        f"times in a row, or quarantined for invalid results); "
                         f"last error:\n{self.last_error}"
                     )
                 due = self.core.next_retry_due()
@@ -321,12 +345,26 @@ class AsyncEngine:
         ticket = outcome.ticket
         self.history.release(ticket.version)
         report = outcome.report
+        valid = report is None or bool(self.validate_payload(report.payload))
         decision = self.core.complete(
             ticket.task_id,
             outcome.status,
             duration=outcome.seconds,
             executor=None if report is None else report.executor,
+            valid=valid,
         )
+        if not valid:
+            log.warning(
+                "task %d (block %d) returned non-finite or invalid numbers: rejected",
+                ticket.task_id,
+                ticket.block,
+            )
+            if self.core.status(ticket.block).value == "quarantined":
+                log.warning(
+                    "block %d quarantined after %d invalid results in a row",
+                    ticket.block,
+                    self.core.max_invalid,
+                )
         if outcome.status is TaskStatus.FAILED:
             self.last_error = outcome.error
             log.warning(

@@ -34,7 +34,7 @@ import numpy as np
 from async_spark.data.blocks import BlockSource, DatasetDescriptor
 from async_spark.data.dataset import open_dataset
 from async_spark.engine.core import TaskTicket
-from async_spark.engine.engine import AsyncEngine
+from async_spark.engine.engine import AsyncEngine, EngineError
 from async_spark.engine.transport import LocalTransport, Transport
 from async_spark.models.linear import LinearModel, init_params
 from async_spark.optim.saga import SAGAMessage, combine_saga_messages, saga
@@ -52,6 +52,7 @@ __all__ = ["TrainResult", "train_linear", "build_model"]
 log = logging.getLogger(__name__)
 
 MAX_SNAPSHOTS = 400  # snapshots kept in memory for evaluation (decimated beyond)
+DIVERGENCE_FACTOR = 1e4  # gradient norm growth over the first updates that means divergence
 
 
 @dataclass
@@ -169,6 +170,20 @@ class _SnapshotEvaluator:
         self._thread.join(timeout=600)
 
 
+def _results_or_divergence(engine: Any, gamma: float) -> Any:
+    """The engine's results; when every block was quarantined for non-finite results, the run
+    diverged: say so (a FloatingPointError that suggests a smaller step)."""
+    try:
+        yield from engine.results()
+    except EngineError as exc:
+        if engine.core.invalid and engine.core.live_blocks == 0:
+            raise FloatingPointError(
+                f"every block returned non-finite gradients: the run diverged; the step {gamma:g} "
+                "is too large for this data; try a smaller --step"
+            ) from exc
+        raise
+
+
 def train_linear(
     config: TrainConfig,
     *,
@@ -261,7 +276,9 @@ def train_linear(
         theta = np.array(resume.theta)
         state = state_from_parts(state, resume.state_arrays, resume.state_scalars)
     offsets = desc.row_offsets
-    sampled_rows: dict[int, np.ndarray] = {}  # task id -> global rows (SAGA)
+    # SAGA: block -> (task id, global rows) of its task in flight; at most one per block, so this
+    # stays bounded whatever happens to the tasks (rejected, cancelled, failed).
+    sampled_rows: dict[int, tuple[int, np.ndarray]] = {}
 
     def task_args(ticket: TaskTicket) -> LinearTaskArgs:
         old = None
@@ -274,7 +291,7 @@ def train_linear(
                 config.batch_fraction,
             )
             rows = local + offsets[ticket.block]
-            sampled_rows[ticket.task_id] = rows
+            sampled_rows[ticket.block] = (ticket.task_id, rows)
             old = state.table[rows]  # fancy indexing copies: the table may change meanwhile
         return LinearTaskArgs(
             rule_name, source, model, config.batch_fraction, config.seed, ticket.block_task, old
@@ -330,6 +347,8 @@ def train_linear(
     eval_every = config.eval_every
     next_snapshot = (snapshots[-1][0] if snapshots else 0.0) + eval_every
     last_checkpoint = engine.elapsed()
+    early_gnorm = 0.0
+    segment_updates = 0
 
     def checkpoint() -> None:
         if config.out is None:
@@ -352,12 +371,13 @@ def train_linear(
         if rule_name == "sgd":
             return SGDMessage(result.payload, result.staleness)
         delta, new_scalars = result.payload
-        rows = sampled_rows.pop(result.task_id)
+        task_id, rows = sampled_rows.pop(result.block)
+        assert task_id == result.task_id, "one task in flight per block"
         return SAGAMessage(rows, delta, new_scalars, result.staleness)
 
     try:
         with engine:
-            for result in engine.results():
+            for result in _results_or_divergence(engine, gamma):
                 msg = message(result)
                 if config.synchronous:
                     round_buffer.append(msg)
@@ -366,6 +386,17 @@ def train_linear(
                     combine = combine_sgd_messages if rule_name == "sgd" else combine_saga_messages
                     msg = combine(round_buffer)
                     round_buffer = []
+                gnorm = float(np.linalg.norm(msg[1] if rule_name == "saga" else msg[0]))
+                if segment_updates < 10:  # this run's (or this resumed segment's) first updates
+                    early_gnorm = max(early_gnorm, gnorm)
+                    segment_updates += 1
+                elif gnorm > DIVERGENCE_FACTOR * max(early_gnorm, 1e-300):
+                    raise FloatingPointError(
+                        f"the run diverged at update {updates + 1}: the gradient norm grew "
+                        f"{gnorm / early_gnorm:.1e}x above its first updates; the step {gamma:g} "
+                        "is too large for this data; try a smaller --step (the last checkpoint, "
+                        "if any, is kept)"
+                    )
                 theta, state = rule.update(msg, state, theta)
                 if not np.all(np.isfinite(theta)):
                     raise FloatingPointError(

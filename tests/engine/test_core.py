@@ -140,3 +140,14 @@ def test_complete_unknown_task_raises():
     core = SchedulerCore(1, Policy.asynchronous())
     with pytest.raises(KeyError):
         core.complete(99, TaskStatus.OK)
+
+
+def test_invalid_results_are_rejected_and_a_repeat_offender_quarantined():
+    core = SchedulerCore(2, Policy.asynchronous(), max_invalid=2)
+    for expected in (BlockStatus.IDLE, BlockStatus.QUARANTINED):
+        t = next(t for t in core.next_dispatches() if t.block == 0)
+        d = core.complete(t.task_id, TaskStatus.OK, valid=False)
+        assert not d.accepted and core.status(0) is expected
+    assert core.live_blocks == 1 and core.counts["rejected"] == 2
+    assert core.snapshot()["counts"]["invalid"] == 2
+    assert all(t.block == 1 for t in core.next_dispatches())

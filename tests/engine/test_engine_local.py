@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from async_spark.engine import AsyncEngine, EngineError, LocalTransport, Policy
@@ -96,3 +97,27 @@ def test_bad_engine_arguments_are_refused():
             initial_model=0.0,
             max_retries=-1,
         )
+
+
+def nan_for_block_one(block, model, args):
+    return np.array([np.nan if block == 1 else 1.0, 2.0])
+
+
+def test_non_finite_results_are_rejected_and_the_block_quarantined(caplog):
+    with AsyncEngine(
+        LocalTransport(),
+        nan_for_block_one,
+        num_blocks=3,
+        policy=Policy.asynchronous(),
+        initial_model=0.0,
+        max_invalid=2,
+    ) as eng:
+        got = []
+        for r in eng.results():
+            got.append(r.block)
+            eng.publish(float(eng.version + 1))
+            if len(got) == 20:
+                break
+    assert 1 not in got and eng.snapshot()["counts"]["invalid"] == 2
+    assert eng.core.status(1).value == "quarantined"
+    assert "quarantined" in caplog.text

@@ -66,26 +66,28 @@ def test_momentum_needs_fewer_updates_than_sgd_when_ill_conditioned(cancer):
     assert finals["ag"] < finals["sgd"] and finals["hb"] < finals["sgd"]
 
 
-def test_staleness_damping_stabilizes_asynchronous_heavy_ball(cancer):
+def test_staleness_damping_stabilizes_asynchronous_heavy_ball():
+    data = open_dataset("builtin:breast_cancer", 8, standardize=True, loss="logistic")
+
     def run(damping):
         cfg = TrainConfig(
             data="x",
             method="ahb",
-            partitions=2,
+            partitions=8,
             batch_fraction=1.0,
             l2=1e-2,
-            max_updates=150,
+            max_updates=300,
             quiet=True,
             momentum_damping=damping,
-            stragglers="intensity:1.0",
         )
-        r = train_linear(cfg, dataset=cancer)
+        r = train_linear(cfg, dataset=data)
         return r.final_objective, r.summary()["mean_staleness"], r.momentum
 
     plain, stale, info = run(0.0)
     damped, _, _ = run(2.0)
-    assert info["kappa"] > 100 and stale > 0
-    assert damped < plain
+    assert info["kappa"] > 100 and stale > 3  # 8 blocks in flight: staleness about 7
+    assert plain > 1.0  # tuned heavy ball with stale gradients oscillates away
+    assert damped < 0.11  # damped by staleness it converges (optimum 0.0996)
 
 
 @pytest.mark.parametrize(
