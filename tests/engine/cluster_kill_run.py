@@ -1,0 +1,105 @@
+"""ASGD on a local-cluster whose executor JVM is SIGKILLed mid-run; prints JSON for the test.
+
+Started by test_executor_loss.py in its own process. Usage: python cluster_kill_run.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+
+from async_spark.data.dataset import open_dataset
+from async_spark.engine import build_session
+from async_spark.solvers import TrainConfig, train_linear
+
+
+def executor_pids(app_id: str) -> list[int]:
+    """PIDs of this application's executor JVMs (CoarseGrainedExecutorBackend)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                cmd = fh.read().decode(errors="replace")
+        except OSError:
+            continue
+        if "CoarseGrainedExecutorBackend" in cmd and app_id in cmd:
+            pids.append(int(entry))
+    return sorted(pids)
+
+
+def main() -> None:
+    spark = build_session(
+        "local-cluster[2,1,1024]",
+        app_name="async-spark-executor-loss",
+        conf={
+            "spark.ui.enabled": "false",
+            "spark.driver.host": "127.0.0.1",
+            "spark.driver.bindAddress": "127.0.0.1",
+            "spark.executor.memory": "512m",
+            "spark.task.maxFailures": "4",
+        },
+    )
+    out: dict = {}
+    try:
+        sc = spark.sparkContext
+        dataset = open_dataset("builtin:breast_cancer", 4, standardize=True, loss="logistic")
+        base = dict(
+            data="builtin:breast_cancer",
+            method="asgd",
+            partitions=4,
+            step=0.5,
+            batch_fraction=0.5,
+            l2=1e-2,
+            seed=2,
+            quiet=True,
+            max_updates=400,
+            eval_every=0.05,
+        )
+        undisturbed = train_linear(TrainConfig(**base), spark=spark, dataset=dataset)
+        before = executor_pids(sc.applicationId)
+        killed: list[int] = []
+
+        def killer() -> None:
+            time.sleep(4.0)
+            pids = executor_pids(sc.applicationId)
+            if pids:
+                os.kill(pids[0], signal.SIGKILL)
+                killed.append(pids[0])
+
+        thread = threading.Thread(target=killer, daemon=True)
+        thread.start()
+        disturbed = train_linear(TrainConfig(**base), spark=spark, dataset=dataset)
+        thread.join()
+        kill_time = 4.0
+        after_kill = {
+            t["block"]
+            for t in disturbed.trace
+            if t.get("block") is not None and t["seconds"] > kill_time + 1.0
+        }
+        c = disturbed.engine_snapshot["counts"]
+        out = {
+            "executors_before": len(before),
+            "killed": killed,
+            "executors_after": len(executor_pids(sc.applicationId)),
+            "undisturbed_objective": undisturbed.final_objective,
+            "disturbed_objective": disturbed.final_objective,
+            "updates": disturbed.updates,
+            "accepted": c["accepted"],
+            "counts": c,
+            "accounting_closes": c["dispatched"]
+            == c["accepted"] + c["rejected"] + c["cancelled"] + c["failed"] + c["in_flight"],
+            "blocks_after_kill": sorted(after_kill),
+            "disturbed_wall": disturbed.wall_seconds,
+        }
+    finally:
+        spark.stop()
+    print("RESULT-JSON " + json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,30 @@
+"""Executor loss: SIGKILL one executor JVM of a local-cluster in the middle of an ASGD run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.cluster
+
+
+def test_run_survives_a_killed_executor():
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
+    script = Path(__file__).with_name("cluster_kill_run.py")
+    proc = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=400, env=env
+    )
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT-JSON ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+    out = json.loads(lines[-1].split(" ", 1)[1])
+    assert out["executors_before"] == 2 and len(out["killed"]) == 1, out
+    assert out["updates"] == 400 and out["accepted"] >= 400  # the run finished; nothing lost
+    assert out["accounting_closes"] and out["counts"]["in_flight"] == 0
+    assert out["blocks_after_kill"] == [0, 1, 2, 3]  # every block kept working after the loss
+    gap = abs(out["disturbed_objective"] - out["undisturbed_objective"])
+    assert gap / out["undisturbed_objective"] <= 0.01, out
