@@ -513,9 +513,10 @@ class VirtualTransport(Transport):
             raise RuntimeError("transport is closed")
         self._charge_driver()
         func = getattr(call, "func", None)
-        if func is not run_task or len(getattr(call, "args", ())) != 6:
+        call_args: tuple[Any, ...] = tuple(getattr(call, "args", ()))
+        if func is not run_task or len(call_args) != 6:
             raise TypeError("VirtualTransport runs functools.partial(run_task, ...) calls only")
-        task_fn, handle, block, task_id, args, delay = call.args
+        task_fn, handle, block, task_id, args, delay = call_args
         now = self.clock()
         slot = self._free_slots.pop() if self._free_slots else len(self._tasks)
         task = _Task(ticket, now, slot)
