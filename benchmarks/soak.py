@@ -1,0 +1,158 @@
+"""Soak: a long asynchronous run must not leak (broadcasts, driver threads, driver memory).
+
+ASAGA with a staleness bound (so results are rejected and stale tasks cancelled too) on 32 blocks
+of a small synthetic problem, through Spark, for 20 000 updates (``--quick``: 3 000). A monitor
+thread samples, every second: the live broadcasts of the history store, the driver's Python
+threads, the resident memory of the driver's Python process and of its JVM.
+
+Growth is measured from the end of a warm-up (the first 10% of updates: JIT, caches and Python
+workers settle) to the end. Last line: ``RESULT soak_rss_growth_mb <growth>``, the growth of the
+driver's Python RSS plus the growth of the JVM heap that survives a full GC (the JVM's own RSS is
+printed too, but it grows while the heap fills up to its 1 GB bound, which is not a leak).
+
+Usage: python benchmarks/soak.py [--quick] [--updates N] [--partitions 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import sys
+import threading
+import time
+
+from async_spark.data.dataset import open_dataset
+from async_spark.engine import AsyncEngine, build_session
+from async_spark.engine.spark import SparkTransport
+from async_spark.solvers import TrainConfig, train_linear
+
+
+def rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    return float("nan")
+
+
+def jvm_heap_used_mb(spark) -> float:
+    """The driver JVM's used heap after a full garbage collection (the leak indicator)."""
+    rt = spark.sparkContext._jvm.java.lang.Runtime.getRuntime()
+    rt.gc()
+    return (rt.totalMemory() - rt.freeMemory()) / 2**20
+
+
+def jvm_pid(spark) -> int:
+    return int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+
+
+def main(argv: list[str] | None = None) -> float:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--updates", type=int, default=None)
+    ap.add_argument("--partitions", type=int, default=32)
+    args = ap.parse_args(argv)
+    updates = args.updates or (3000 if args.quick else 20000)
+    P = args.partitions
+
+    # A bounded driver heap: the JVM grows its heap lazily up to the bound (a quarter of the
+    # machine's memory by default), which is growth but not a leak.
+    spark = build_session(
+        "local[4]",
+        app_name="soak",
+        conf={"spark.ui.enabled": "false", "spark.driver.memory": "1g"},
+    )
+    jpid = jvm_pid(spark)
+    engines: list[AsyncEngine] = []
+
+    def factory(task_fn, **kw):
+        engine = AsyncEngine(SparkTransport(spark.sparkContext), task_fn, **kw)
+        engines.append(engine)
+        return engine
+
+    samples: list[tuple[float, int, int, float, float]] = []
+    heap: list[tuple[int, float]] = []
+    stop = threading.Event()
+
+    def monitor() -> None:
+        while not stop.wait(1.0):
+            eng = engines[-1] if engines else None
+            samples.append(
+                (
+                    eng.version if eng else 0,
+                    eng.history.live_handles if eng else 0,
+                    threading.active_count(),
+                    rss_mb(os.getpid()),
+                    rss_mb(jpid),
+                )
+            )
+
+    data = "builtin:synthetic?n=20000&d=2000&nnz=20&seed=1"
+    dataset = open_dataset(data, P, loss="logistic")
+    cfg = TrainConfig(
+        data=data,
+        method="asaga",
+        partitions=P,
+        tau=2 * P,
+        batch_fraction=0.2,
+        l2=1e-4,
+        max_updates=updates,
+        quiet=True,
+        eval_every=5.0,
+    )
+    threads_before = threading.active_count()
+    mon = threading.Thread(target=monitor, daemon=True)
+    t0 = time.monotonic()
+    mon.start()
+    try:
+        result = train_linear(
+            cfg, spark=spark, dataset=dataset, engine_factory=functools.partial(factory)
+        )
+    finally:
+        stop.set()
+        mon.join()
+    elapsed = time.monotonic() - t0
+    eng = engines[-1]
+    threads_after = threading.active_count()
+    spark.stop()
+
+    warm = [s for s in samples if s[0] >= updates // 10] or samples
+    start, end = warm[0], samples[-1]
+    warm_heap = [h for v, h in heap if v >= updates // 10] or [h for _, h in heap]
+    # Leak = Python RSS growth + growth of the JVM heap that survives a full GC (the JVM's RSS
+    # also grows while its heap fills up to its bound before collecting, which is not a leak).
+    heap_growth = warm_heap[-1] - warm_heap[0] if len(warm_heap) >= 2 else float("nan")
+    growth = (end[3] - start[3]) + heap_growth
+    c = result.engine_snapshot["counts"]
+    print(f"{updates} updates, {P} blocks, {elapsed:.0f} s ({updates / elapsed:.1f} updates/s)")
+    print(
+        f"  results: accepted {c['accepted']}, rejected {c['rejected']}, cancelled "
+        f"{c['cancelled']}, failed {c['failed']}; accounting closes: "
+        f"{c['dispatched'] == c['accepted'] + c['rejected'] + c['cancelled'] + c['failed'] + c['in_flight']}"
+    )
+    print(
+        f"  live broadcasts: max {max(s[1] for s in samples)} during the run "
+        f"(bound: {P} in flight + 1), {eng.history.live_handles} after; "
+        f"created {eng.history.created}, destroyed {eng.history.destroyed}"
+    )
+    print(
+        f"  driver threads: {threads_before} before, max {max(s[2] for s in samples)} during, "
+        f"{threads_after} after"
+    )
+    print(
+        f"  driver RSS (python + JVM): {start[3]:.0f} + {start[4]:.0f} MB after warm-up -> "
+        f"{end[3]:.0f} + {end[4]:.0f} MB at the end"
+    )
+    if len(warm_heap) >= 2:
+        print(
+            f"  driver JVM heap used after GC: {warm_heap[0]:.0f} MB after warm-up -> "
+            f"{warm_heap[-1]:.0f} MB at the end (samples: "
+            f"{', '.join(f'{h:.0f}' for h in warm_heap)})"
+        )
+    print(f"RESULT soak_rss_growth_mb {growth:.1f}")
+    return growth
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
