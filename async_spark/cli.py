@@ -283,6 +283,11 @@ def run_train(args: argparse.Namespace) -> int:
         standardize=first.standardize,
         loss=first.loss,
     )
+    if resume is not None:  # refuse a mismatch before Spark starts
+        from async_spark.solvers.checkpoint import check_compatible
+        from async_spark.solvers.linear import build_model
+
+        check_compatible(resume, dataset[1], build_model(first, dataset[1]).num_params)
     from pyspark.sql import SparkSession
 
     owned = SparkSession.getActiveSession() is None  # a notebook's or test's session stays up

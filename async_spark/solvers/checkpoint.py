@@ -31,7 +31,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Checkpoint", "CheckpointError", "load_latest", "save_checkpoint", "state_from_parts"]
+__all__ = [
+    "Checkpoint",
+    "CheckpointError",
+    "check_compatible",
+    "load_latest",
+    "save_checkpoint",
+    "state_from_parts",
+]
 
 FORMAT_VERSION = 1
 
@@ -180,6 +187,21 @@ def _load(path: Path) -> Checkpoint:
         trace=meta["trace"],
         snapshots=snapshots,
     )
+
+
+def check_compatible(ckpt: Checkpoint, desc: Any, num_params: int) -> None:
+    """Refuse a checkpoint of another model shape or of other data (a file that changed)."""
+    if ckpt.theta.size != num_params:
+        raise CheckpointError(
+            f"{ckpt.path}: the checkpoint's model has {ckpt.theta.size} parameters, this run's "
+            f"{num_params}: it is a checkpoint of another model or dataset"
+        )
+    stored = ckpt.config.get("dataset_id")
+    if stored is not None and stored != desc.dataset_id:
+        raise CheckpointError(
+            f"{ckpt.path}: the checkpoint is of another dataset (the data changed since it was "
+            "written)"
+        )
 
 
 def load_latest(out_dir: str | os.PathLike[str]) -> Checkpoint:

@@ -41,7 +41,7 @@ from async_spark.optim.saga import SAGAMessage, combine_saga_messages, saga
 from async_spark.optim.sgd import SGDMessage, combine_sgd_messages, sample_rows, sgd
 from async_spark.optim.steps import auto_step, make_step_rule
 
-from .checkpoint import Checkpoint, CheckpointError, save_checkpoint, state_from_parts
+from .checkpoint import Checkpoint, check_compatible, save_checkpoint, state_from_parts
 from .config import MOMENTUM_METHODS, TrainConfig
 from .evaluate import Evaluator
 from .momentum import MomentumLinear, momentum_step
@@ -266,13 +266,7 @@ def train_linear(
     theta = init_params(model)
     state: Any = rule.init(theta)
     if resume is not None:
-        if resume.theta.shape != theta.shape:
-            raise CheckpointError(
-                f"{resume.path}: the checkpoint's model has {resume.theta.size} parameters, this "
-                f"run's {theta.size}: it is a checkpoint of another model or dataset"
-            )
-        if resume.config.get("dataset_id") not in (None, desc.dataset_id):
-            raise CheckpointError(f"{resume.path}: the checkpoint is of another dataset")
+        check_compatible(resume, desc, theta.size)
         theta = np.array(resume.theta)
         state = state_from_parts(state, resume.state_arrays, resume.state_scalars)
     offsets = desc.row_offsets

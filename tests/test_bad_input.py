@@ -1,0 +1,129 @@
+"""Bad input, end to end through `async-spark train`: exit code 2, one line naming the file and
+line or the option, no traceback, nothing written. None of these cases starts Spark."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from async_spark.cli import main
+
+# (name, file content or None, extra argv, needle; {path} is the data file)
+CASES = [
+    ("token not a number", "1 1:0.5 2:abc\n", [], "{path}:1"),
+    ("second line bad", "1 1:0.5\n0 2:x:3\n", [], "{path}:2"),
+    ("index zero", "1 0:1.0\n", [], "{path}:1"),
+    ("negative index", "1 -3:1.0\n", [], "{path}:1"),
+    ("unsorted indices", "1 1:1\n1 3:1.0 2:1.0\n", [], "{path}:2"),
+    ("duplicate index", "1 2:1.0 2:3.0\n", [], "{path}:1"),
+    ("NaN value", "1 1:0.5\n0 1:nan\n", [], "{path}:2"),
+    ("Inf value", "1 1:inf\n", [], "{path}:1"),
+    ("NaN label", "nan 1:1\n", [], "{path}:1"),
+    ("label not a number", "abc 1:1\n", [], "{path}:1"),
+    ("qid token", "1 qid:3 1:1.0\n", [], "{path}:1"),
+    ("missing colon", "1 1:1\n0 1\n", [], "{path}:2"),
+    ("missing value", "1 1:\n", [], "{path}:1"),
+    ("binary garbage", b"\x00\xff\xfe\x01garbage\x02\n", [], "{path}"),
+    ("empty file", "", [], "{path}"),
+    ("blank lines only", "\n\n\n", [], "{path}"),
+    ("index past --num-features", "1 1:1.0\n0 5:1.0\n", ["--num-features", "3"], "{path}:2"),
+    ("three classes for logistic", "0 1:1\n1 1:2\n2 1:3\n", [], "{path}"),
+    ("fewer rows than partitions", "0 1:1\n1 1:2\n", ["--partitions", "4"], "{path}"),
+    ("negative partitions", None, ["--partitions", "-1"], "--partitions"),
+    ("zero max updates", None, ["--max-updates", "0"], "--max-updates"),
+    ("negative time budget", None, ["--time-budget", "-5"], "--time-budget"),
+    ("NaN target", None, ["--target-objective", "nan"], "--target-objective"),
+    ("zero checkpoint interval", None, ["--checkpoint-every", "0"], "--checkpoint-every"),
+    ("momentum for sgd", None, ["--method", "sgd", "--momentum", "0.5"], "--momentum"),
+    ("negative ssp", None, ["--ssp", "-1"], "ssp"),
+    ("unknown publisher", None, ["--publisher", "pigeon"], "--publisher"),
+    ("unknown format", None, ["--format", "csv"], "--format"),
+    ("unknown step rule", None, ["--step-rule", "weird"], "--step-rule"),
+    ("non-number option", None, ["--l2", "much"], "--l2"),
+]
+
+
+@pytest.mark.parametrize(("name", "content", "argv", "needle"), CASES, ids=[c[0] for c in CASES])
+def test_bad_input_is_refused_cleanly(tmp_path, capsys, name, content, argv, needle):
+    path = tmp_path / "data.svm"
+    if content is None:
+        path.write_text("1 1:0.5\n0 2:0.25\n1 1:1\n0 2:1\n")
+    elif isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    out = tmp_path / "out"
+    args = ["train", "--data", str(path), "--partitions", "1", *argv, "--out", str(out), "--quiet"]
+    with pytest.raises(SystemExit) if name == "non-number option" else _nothing():
+        code = main(args)
+        assert code == 2
+    err = capsys.readouterr().err.strip()
+    lines = err.splitlines()
+    assert lines and "Traceback" not in err
+    if name != "non-number option":  # argparse prints usage + one error line
+        assert len(lines) == 1, err
+    assert needle.format(path=path) in err, err
+    assert not out.exists()
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_an_unreadable_data_folder(tmp_path, capsys):
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    assert main(["train", "--data", str(folder), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert str(folder) in err and len(err.splitlines()) == 1
+
+
+def _checkpointed_run(tmp_path, data):
+    """A run with checkpoints, trained in-process (no Spark needed to make one)."""
+    from async_spark.data.dataset import open_dataset
+    from async_spark.solvers import TrainConfig, train_linear
+
+    out = tmp_path / "run"
+    cfg = TrainConfig(
+        data=str(data),
+        method="saga",
+        partitions=1,
+        max_updates=4,
+        quiet=True,
+        out=str(out),
+        checkpoint_every=2,
+        step=0.1,
+    )
+    train_linear(cfg, dataset=open_dataset(str(data), 1, loss="logistic"))
+    return out
+
+
+def test_resume_without_checkpoint(tmp_path, capsys):
+    assert main(["train", "--resume", str(tmp_path), "--quiet"]) == 2
+    assert "no checkpoint" in capsys.readouterr().err
+
+
+def test_resume_from_a_truncated_checkpoint(tmp_path, capsys):
+    data = tmp_path / "d.svm"
+    data.write_text("1 1:0.5\n0 2:0.25\n1 1:1\n0 2:1\n")
+    out = _checkpointed_run(tmp_path, data)
+    for ckpt in (out / "checkpoints").glob("ckpt-*"):
+        npz = ckpt / "arrays.npz"
+        npz.write_bytes(npz.read_bytes()[: os.path.getsize(npz) // 2])
+    assert main(["train", "--resume", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "arrays.npz" in err and "damaged" in err and len(err.strip().splitlines()) == 1
+
+
+def test_resume_with_data_of_another_shape(tmp_path, capsys):
+    data = tmp_path / "d.svm"
+    data.write_text("1 1:0.5\n0 2:0.25\n1 1:1\n0 2:1\n")
+    out = _checkpointed_run(tmp_path, data)
+    data.write_text("1 1:0.5 5:1\n0 2:0.25\n1 1:1\n0 4:1\n")  # now 5 features
+    assert main(["train", "--resume", str(out), "--quiet"]) == 2
+    assert "another model or dataset" in capsys.readouterr().err
