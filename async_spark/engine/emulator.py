@@ -114,8 +114,11 @@ class CostModel:
         Whether the task overhead competes for the shared cores (True in local mode, where
         scheduling and serialization run on the same machine).
     driver_seconds : float or None
-        Serial driver time per received result (update rule, publish, dispatch) before the
-        driver dispatches again. None: the measured real time of that code in this process.
+        Serial driver time per received result (accounting, task arguments, dispatch) before the
+        driver dispatches again. None: the measured real time of the driver code in this process
+        (update rule included; then ``update_seconds`` should be 0).
+    update_seconds : float
+        Serial driver time per published version (the update rule), on top of ``driver_seconds``.
     source : str
         Free text: where the figures come from (e.g. "calibrated on local[2], 2025-01-01").
     """
@@ -129,6 +132,7 @@ class CostModel:
     cores: int | None = None
     overhead_uses_core: bool = True
     driver_seconds: float | None = 0.0
+    update_seconds: float = 0.0
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -150,6 +154,7 @@ class CostModel:
             raise ValueError(f"overhead_uses_core must be a bool, got {self.overhead_uses_core!r}")
         if self.driver_seconds is not None:
             _check_number("driver_seconds", self.driver_seconds)
+        _check_number("update_seconds", self.update_seconds)
         if not isinstance(self.source, str):
             raise ValueError(f"source must be a string, got {self.source!r}")
 
@@ -692,6 +697,14 @@ class VirtualEngine(AsyncEngine):
     @property
     def workers(self) -> int:
         return self.core.max_in_flight
+
+    def publish(self, model: Any) -> int:
+        """As the engine's; the driver then spends ``update_seconds`` of virtual time."""
+        version = super().publish(model)
+        if self.cost.update_seconds:
+            self.virtual_clock.advance_by(self.cost.update_seconds)
+            self.virtual_transport.driver_seconds_total += self.cost.update_seconds
+        return version
 
     def _dispatch(self) -> None:
         """Dispatch as the engine does; when nothing is in flight and a failed block waits for its

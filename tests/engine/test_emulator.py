@@ -209,6 +209,9 @@ def test_stragglers_and_driver_time_pass_in_virtual_time():
     # One worker, 1 s tasks, 0.5 s of driver time per result: a result every 1.5 s.
     seen, _ = _run_schedule([1.0], 4, cost=CostModel(driver_seconds=0.5))
     np.testing.assert_allclose([t for t, *_ in seen], [1.5, 3.0, 4.5, 6.0])
+    # ... and 0.25 s more per published version (the update rule), after the result is read.
+    seen, _ = _run_schedule([1.0], 3, cost=CostModel(driver_seconds=0.5, update_seconds=0.25))
+    np.testing.assert_allclose([t for t, *_ in seen], [1.5, 3.25, 5.0])
 
 
 def test_communication_time_follows_bandwidth_and_latency():
@@ -283,6 +286,7 @@ def test_calibration_on_spark_round_trips(spark, tmp_path):
         ({"cores": 0}, "cores"),
         ({"cores": 1.5}, "cores"),
         ({"driver_seconds": -0.1}, "driver_seconds"),
+        ({"update_seconds": -0.1}, "update_seconds"),
         ({"overhead_uses_core": "yes"}, "overhead_uses_core"),
     ],
 )
