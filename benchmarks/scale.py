@@ -256,9 +256,11 @@ def main(argv: list[str] | None = None) -> float:
                 driver_seconds=drv["result"], update_seconds=drv[f"update_{sync}"]
             )
 
-            def run(method: str, model: str, scale: float, seconds: float) -> Any:
+            def run(
+                method: str, model: str, scale: float, seconds: float, tuning: bool = False
+            ) -> Any:
                 step = gammas[method] * scale  # noqa: B023 - called within this iteration
-                evals = 40 if method in PAIRS else 60
+                evals = 1 if tuning else (30 if method in PAIRS else 50)
                 return run_one(dataset, base, method, step, model, task_s, seconds, evals, cost)  # noqa: B023
 
             gammas = {
@@ -271,7 +273,7 @@ def main(argv: list[str] | None = None) -> float:
             for method in (sync, PAIRS[sync]):
                 finals = {}
                 for scale in STEP_GRID:
-                    r = run(method, models[0], scale, budget / 5)
+                    r = run(method, models[0], scale, budget / 5, tuning=True)
                     finals[scale] = math.inf if r is None else r.final_objective
                 chosen[method] = min(finals, key=lambda k: finals[k])
                 print(
@@ -313,6 +315,8 @@ def main(argv: list[str] | None = None) -> float:
                     "real_seconds": time.monotonic() - wall,
                 }
                 rows.append(row)
+                if args.json:  # after every row: a long run interrupted keeps what it measured
+                    Path(args.json).write_text(json.dumps(rows, indent=2))
 
                 def fmt(x: float | None, spec: str = ".2f") -> str:
                     return "-" if x is None else format(x, spec)
