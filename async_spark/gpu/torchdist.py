@@ -1,0 +1,108 @@
+"""The second launcher: ``pyspark.ml.torch.distributor.TorchDistributor``.
+
+``TorchDistributor(num_processes=W, local_mode=False, use_gpu=...)`` starts a barrier stage of W
+tasks (``mapInArrow(barrier=True)``); each task picks ``MASTER_ADDR``/``MASTER_PORT`` through
+``allGather`` and runs ``torchrun`` as a child process that unpickles and calls the function.
+Differences from :class:`~.launcher.BarrierLauncher` that matter here:
+
+* data path: the torchrun child cannot iterate a Spark partition, so every process reads its
+  shard itself (:func:`~.data.load_shard`: generated, or a row range of the Parquet files);
+  ``TorchDistributor._train_on_dataframe`` (private) would spill each partition to a local Arrow
+  file first;
+* startup: one more process (torchrun) and its own c10d rendezvous per task;
+* GPUs: from ``spark.task.resource.gpu.amount`` (a whole number), not a stage-level profile;
+* failures: a raising rank makes torchrun exit non-zero; the task raises with the last 100 lines
+  of the child's output and the stage fails; no timeout of its own (we add a driver-side one);
+* only rank 0's return value comes back (cloudpickle), logs are streamed to the driver's stdout.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from .data import ShardSource, load_shard
+from .launcher import RankContext, RankFailedError
+
+__all__ = ["run_torchdistributor"]
+
+
+def _torchdist_main(
+    params: dict[str, Any], source: dict[str, Any], submitted_at: float
+) -> dict[str, Any]:
+    """Runs in each torchrun child: init the group from torchrun's env, read the shard, train."""
+    import torch
+    import torch.distributed as dist
+
+    from .hylo_stage import hylo_rank
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    cuda = params["device"] == "cuda"
+    backend = "nccl" if cuda else "gloo"
+    device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}" if cuda else "cpu"
+    if cuda:
+        torch.cuda.set_device(torch.device(device))
+    dist.init_process_group(backend, timeout=timedelta(seconds=float(params["timeout"])))
+    ready_at = time.time()
+    try:
+        ctx = RankContext(rank, world, device, backend)
+        t = time.perf_counter()
+        shard = load_shard(ShardSource(**source), rank, world)
+        ctx.log(f"read {shard[0].shape[0]} rows (own shard) in {time.perf_counter() - t:.3f}s")
+        result = hylo_rank(ctx, shard, params, source)
+    finally:
+        dist.destroy_process_group()
+    if rank == 0:
+        result["timings"] = {"submitted_at": submitted_at, "ready_at": ready_at}
+        result["logs"] = ctx.logs
+    return result
+
+
+def run_torchdistributor(spark: Any, cfg: Any, src: ShardSource) -> tuple[dict[str, Any], dict]:
+    """Run :func:`~.hylo_stage.hylo_rank` on ``cfg.workers`` TorchDistributor processes."""
+    from dataclasses import asdict
+
+    from pyspark import InheritableThread
+    from pyspark.ml.torch.distributor import TorchDistributor
+
+    sc = spark.sparkContext
+    distributor = TorchDistributor(
+        num_processes=cfg.workers, local_mode=False, use_gpu=cfg.device == "cuda"
+    )
+    params = asdict(cfg)
+    tag = f"async-spark-torchdist-{uuid.uuid4().hex[:12]}"
+    box: dict[str, Any] = {}
+    submitted = time.time()
+
+    def target() -> None:
+        sc.addJobTag(tag)
+        try:
+            box["result"] = distributor.run(_torchdist_main, params, src.as_dict(), submitted)
+        except BaseException as exc:
+            box["error"] = exc
+        finally:
+            sc.removeJobTag(tag)
+
+    thread = InheritableThread(target=target, name=tag, daemon=True)
+    thread.start()
+    limit = 2 * float(cfg.timeout) + 60.0
+    thread.join(limit)
+    if thread.is_alive():
+        sc.cancelJobsWithTag(tag)
+        thread.join(30)
+        raise TimeoutError(f"TorchDistributor did not finish in {limit:.0f} s; job cancelled")
+    if "error" in box:
+        text = str(box["error"])
+        first = next((ln for ln in text.splitlines() if "Error" in ln), text.splitlines()[0])
+        raise RankFailedError(f"TorchDistributor stage failed: {first.strip()[:2000]}") from None
+    result: dict[str, Any] = box["result"]
+    timings = result.pop("timings")
+    logs = result.pop("logs")
+    extra = {
+        "startup_seconds": timings["ready_at"] - timings["submitted_at"],
+        "rank_logs": {"0": logs},
+    }
+    return result, extra

@@ -1,0 +1,279 @@
+"""One short check for a machine with an NVIDIA GPU (under 5 minutes on one modern GPU).
+
+Sections (each one JSON object under its name; a failing section records its error and the
+others still run):
+
+1. ``kernels``  -- SNGD / KID directions, the kernel matrix and the Woodbury inverse on CUDA agree
+   with CPU in float64 (max relative error), and the float32 CUDA error against CPU float64;
+2. ``inverse``  -- inverse-update times of KIS / KID / SNGD / K-FAC on ResNet-50 layer shapes
+   (``benchmarks/hylo_inverse.py``'s ``measure_layer``; local batch 32, P = 1 and 64);
+3. ``resnet32`` -- two epochs of ResNet-32 on CIFAR-shaped synthetic data, HyLo vs SGD
+   (``async_spark.hylo.train.train`` on ``cuda``): seconds per epoch and test accuracy;
+4. ``spark_stage`` -- a short HyLo run on the GPU barrier stage of a ``local-cluster[1,2,4096]``
+   whose worker discovers the GPUs with ``spark-conf/gpu/getGpusResources.sh``: the task must get
+   its GPU from Spark's resource profile; then two ranks asking for 0.5 GPU each (one GPU, NCCL)
+   must be refused with a clear error, not hang. Skipped without Java.
+
+On a machine without CUDA it prints ``{"skipped": true, ...}`` and exits 0.
+
+    python benchmarks/gpu_check.py --out runs/gpu_check.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+
+def _rel(a: Any, b: Any) -> float:
+    return float(
+        (a.double().cpu() - b.double().cpu()).norm() / max(float(b.double().norm()), 1e-300)
+    )
+
+
+def check_kernels() -> dict[str, Any]:
+    import torch
+
+    from async_spark.hylo import kernels as K
+
+    out: dict[str, Any] = {}
+    g = torch.Generator().manual_seed(0)
+    for n, d_in, d_out in ((64, 577, 64), (128, 1153, 128), (256, 4609, 512)):
+        A = torch.randn(n, d_in, generator=g, dtype=torch.float64)
+        G = torch.randn(n, d_out, generator=g, dtype=torch.float64) / d_out**0.5
+        grad = torch.randn(d_out, d_in, generator=g, dtype=torch.float64)
+        lam, r = 0.03, max(1, n // 10)
+        cpu = {
+            "kernel": K.kernel_matrix(A, G),
+            "inverse": K.woodbury_inverse(A, G, lam),
+            "sngd": K.sngd_direction(A, G, grad, lam),
+            "kid": K.kid_direction(A, G, grad, lam, r),
+        }
+        row: dict[str, Any] = {}
+        for dtype in (torch.float64, torch.float32):
+            Ac, Gc, gc = (t.to("cuda", dtype) for t in (A, G, grad))
+            gpu = {
+                "kernel": K.kernel_matrix(Ac, Gc),
+                "inverse": K.woodbury_inverse(Ac, Gc, lam),
+                "sngd": K.sngd_direction(Ac, Gc, gc, lam),
+                "kid": K.kid_direction(Ac, Gc, gc, lam, r),
+            }
+            tag = "f64" if dtype == torch.float64 else "f32"
+            for k in cpu:
+                row[f"{k}_{tag}_rel_err"] = _rel(gpu[k], cpu[k])
+        out[f"n{n}_din{d_in}_dout{d_out}"] = row
+    worst64 = max(v for row in out.values() for k, v in row.items() if "_f64_" in k)
+    out["max_f64_rel_err"] = worst64
+    out["ok"] = worst64 < 1e-8
+    return out
+
+
+def check_inverse() -> dict[str, Any]:
+    import torch
+    from hylo_inverse import kfac_times, measure_layer
+
+    from async_spark.hylo.models import resnet50_layer_shapes
+
+    device = torch.device("cuda")
+    shapes = resnet50_layer_shapes()
+    picked = sorted(set([shapes[0], shapes[len(shapes) // 2], shapes[-1]]))
+    picked.append(max(shapes[:-1], key=lambda s: s[1] * s[2]))
+    rows = []
+    for name, d_in, d_out in picked:
+        for P in (1, 64):
+            row = measure_layer(d_in, d_out, 32, P, device, repeats=3, sngd_max=4096)
+            t_inv, t_eig = kfac_times(d_in, d_out, device, repeats=3)
+            row.update(name=name, kfac_inv_s=t_inv, kfac_eigh_s=t_eig)
+            rows.append(row)
+    return {"rows": rows}
+
+
+def check_resnet32(n_train: int, epochs: int) -> dict[str, Any]:
+    from async_spark.hylo.train import train
+
+    out: dict[str, Any] = {}
+    for opt in ("sgd", "hylo"):
+        s = train(
+            {
+                "model": "resnet32",
+                "data": "synthetic",
+                "optimizer": opt,
+                "epochs": epochs,
+                "batch_size": 128,
+                "device": "cuda",
+                "n_train": n_train,
+                "n_test": 2000,
+                "inv_update_steps": 10,
+                "threads": 4,
+            }
+        )
+        out[opt] = {
+            "test_accuracy": s["test_accuracy"],
+            "train_seconds": s["wall_seconds"],
+            "seconds_per_epoch": s["wall_seconds"] / max(1, s["epochs_run"]),
+        }
+    out["hylo_over_sgd_time"] = out["hylo"]["train_seconds"] / out["sgd"]["train_seconds"]
+    return out
+
+
+def check_spark_stage() -> dict[str, Any]:
+    from async_spark.engine.session import JavaNotFoundError, build_session, check_java
+
+    try:
+        check_java()
+    except JavaNotFoundError as exc:
+        return {"skipped": True, "reason": str(exc)}
+    from async_spark.gpu import RankFailedError, train_hylo_spark
+
+    script = str(ROOT / "spark-conf" / "gpu" / "getGpusResources.sh")
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = build_session(
+        "local-cluster[1,2,4096]",
+        app_name="async-spark gpu_check",
+        conf={
+            "spark.ui.enabled": "false",
+            "spark.driver.host": "127.0.0.1",
+            "spark.driver.bindAddress": "127.0.0.1",
+            "spark.worker.resource.gpu.amount": "1",
+            "spark.worker.resource.gpu.discoveryScript": script,
+            "spark.executor.resource.gpu.amount": "1",
+            "spark.executor.resource.gpu.discoveryScript": script,
+            "spark.executor.cores": "2",
+            "spark.barrier.sync.timeout": "120s",
+            "spark.stage.maxConsecutiveAttempts": "1",
+            "spark.dynamicAllocation.enabled": "false",
+        },
+    )
+    out: dict[str, Any] = {}
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            t = time.perf_counter()
+            s = train_hylo_spark(
+                {
+                    "model": "cnn1d",
+                    "data": "synthetic",
+                    "optimizer": "hylo",
+                    "epochs": 3,
+                    "batch_size": 128,
+                    "n_train": 4096,
+                    "n_test": 512,
+                    "workers": 1,
+                    "device": "cuda",
+                    "timeout": 120.0,
+                    "out": tmp,
+                },
+                spark,
+                gpus_per_task=1.0,
+            )
+            out["one_rank"] = {
+                "seconds": time.perf_counter() - t,
+                "startup_seconds": s["startup_seconds"],
+                "train_seconds": s["wall_seconds"],
+                "test_accuracy": s["test_accuracy"],
+                "device": s["device"],
+                "gpu_from_spark": any("assigned by Spark" in ln for ln in s["rank_logs"]["0"]),
+                "files": sorted(os.listdir(tmp)),
+            }
+        t = time.perf_counter()
+        try:
+            train_hylo_spark(
+                {
+                    "model": "cnn1d",
+                    "data": "synthetic",
+                    "epochs": 1,
+                    "n_train": 256,
+                    "batch_size": 64,
+                    "workers": 2,
+                    "device": "cuda",
+                    "timeout": 60.0,
+                },
+                spark,
+                gpus_per_task=0.5,
+            )
+            out["shared_gpu_nccl"] = {"error": None}
+        except (RankFailedError, TimeoutError) as exc:
+            out["shared_gpu_nccl"] = {"error": str(exc)[:500], "type": type(exc).__name__}
+        out["shared_gpu_nccl"]["seconds"] = time.perf_counter() - t
+    finally:
+        spark.stop()
+    out["ok"] = bool(out["one_rank"]["gpu_from_spark"] and out["shared_gpu_nccl"].get("error"))
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--out", default=None, help="write the JSON here as well")
+    ap.add_argument("--n-train", type=int, default=10000, help="ResNet-32 training rows")
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument(
+        "--skip", default="", help="comma-separated sections to skip (kernels,inverse,...)"
+    )
+    args = ap.parse_args()
+    try:
+        import torch
+    except ImportError:
+        print(json.dumps({"skipped": True, "reason": "torch is not installed"}))
+        return 0
+    if not torch.cuda.is_available():
+        print(
+            json.dumps(
+                {
+                    "skipped": True,
+                    "reason": "no CUDA device (torch.cuda.is_available() is False); "
+                    "run this on a machine with an NVIDIA GPU",
+                    "torch": torch.__version__,
+                }
+            )
+        )
+        return 0
+    report: dict[str, Any] = {
+        "gpu": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+    }
+    skip = set(filter(None, args.skip.split(",")))
+    sections = {
+        "kernels": check_kernels,
+        "inverse": check_inverse,
+        "resnet32": lambda: check_resnet32(args.n_train, args.epochs),
+        "spark_stage": check_spark_stage,
+    }
+    t_all = time.perf_counter()
+    for name, fn in sections.items():
+        if name in skip:
+            continue
+        t = time.perf_counter()
+        try:
+            report[name] = fn()
+        except Exception as exc:  # record and go on: one call should give all it can
+            report[name] = {
+                "error": f"{type(exc).__name__}: {exc}",
+                "trace": traceback.format_exc(),
+            }
+        report[name]["section_seconds"] = time.perf_counter() - t
+        print(f"gpu_check: {name} done in {report[name]['section_seconds']:.1f}s", file=sys.stderr)
+    report["total_seconds"] = time.perf_counter() - t_all
+    text = json.dumps(report, indent=2, default=str)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
