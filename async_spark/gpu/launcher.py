@@ -216,6 +216,8 @@ def _barrier_task(
             import torch.distributed as dist
 
             torch.set_num_threads(threads)
+            if dist.is_initialized():  # left by a failed task in this reused Python worker
+                dist.destroy_process_group()
             t = time.perf_counter()
             x, y = concat_blocks(items)
             timings["read_seconds"] = time.perf_counter() - t
@@ -226,7 +228,9 @@ def _barrier_task(
             store = None
             port = 0
             if rank == 0:
-                store = dist.TCPStore(host, 0, world, is_master=True, timeout=td)
+                store = dist.TCPStore(
+                    host, 0, world, is_master=True, timeout=td, wait_for_workers=False
+                )
                 port = int(store.port)
             me = {
                 "rank": rank,
@@ -264,6 +268,11 @@ def _barrier_task(
             timings["train_seconds"] = time.perf_counter() - t
             ctx.log(f"training done in {timings['train_seconds']:.2f}s")
         except BaseException as exc:  # one line the driver can find, and this rank's log tail
+            # The process group is *not* destroyed here: closing it would make the other ranks'
+            # collectives fail at once and race this rank's error to the driver. They stay
+            # blocked until Spark kills the stage's tasks (or their collective timeout fires);
+            # the next task in this reused worker destroys the stale group first.
+            pg_ready = False
             tail = "\n".join(ctx.logs[-_LOG_TAIL:])
             one_line = " ".join(f"{type(exc).__name__}: {exc}".split())
             raise RuntimeError(
@@ -365,12 +374,21 @@ class BarrierLauncher:
         self.threads = int(threads)
         self.slot_wait = float(slot_wait)
 
+    def _slots(self) -> int:
+        """Task slots of the default profile now (Spark's own count; else defaultParallelism)."""
+        try:
+            jsc = self.sc._jsc.sc()
+            rp = jsc.resourceProfileManager().defaultResourceProfile()
+            return int(jsc.maxNumConcurrentTasks(rp))
+        except Exception:  # an internal API: fall back to the public estimate
+            return int(self.sc.defaultParallelism)
+
     def _check_slots(self) -> None:
         if self.profile is not None:  # GPU slots: Spark's own check (and our timeout) decide
             return
         deadline = time.monotonic() + self.slot_wait
         while True:
-            slots = int(self.sc.defaultParallelism)
+            slots = self._slots()
             if slots >= self.num_ranks:
                 return
             if time.monotonic() > deadline:

@@ -19,6 +19,7 @@ Differences from :class:`~.launcher.BarrierLauncher` that matter here:
 from __future__ import annotations
 
 import os
+import re
 import time
 import uuid
 from datetime import timedelta
@@ -61,6 +62,19 @@ def _torchdist_main(
     return result
 
 
+_WRAPPERS = ("Py4JJavaError", "SparkException", "PythonException", "ChildFailedError")
+
+
+def _first_user_error(text: str) -> str:
+    """The first ``SomeError: message`` line that is not Spark's or torchrun's wrapper."""
+    for m in re.finditer(r"(\w+(?:Error|Exception)): ([^\n]+)", text):
+        name, message = m.group(1), m.group(2).strip()
+        if name in _WRAPPERS or message.startswith(("Command ", "An error occurred")):
+            continue
+        return f"{name}: {message}"[:2000]
+    return (text.strip().splitlines() or ["(no message)"])[0][:2000]
+
+
 def run_torchdistributor(spark: Any, cfg: Any, src: ShardSource) -> tuple[dict[str, Any], dict]:
     """Run :func:`~.hylo_stage.hylo_rank` on ``cfg.workers`` TorchDistributor processes."""
     from dataclasses import asdict
@@ -95,9 +109,9 @@ def run_torchdistributor(spark: Any, cfg: Any, src: ShardSource) -> tuple[dict[s
         thread.join(30)
         raise TimeoutError(f"TorchDistributor did not finish in {limit:.0f} s; job cancelled")
     if "error" in box:
-        text = str(box["error"])
-        first = next((ln for ln in text.splitlines() if "Error" in ln), text.splitlines()[0])
-        raise RankFailedError(f"TorchDistributor stage failed: {first.strip()[:2000]}") from None
+        raise RankFailedError(
+            f"TorchDistributor stage failed: {_first_user_error(str(box['error']))}"
+        ) from None
     result: dict[str, Any] = box["result"]
     timings = result.pop("timings")
     logs = result.pop("logs")
