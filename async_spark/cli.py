@@ -263,7 +263,6 @@ def _install_stop_handlers(stop: threading.Event, received: list[int]) -> dict[A
 
 def run_train(args: argparse.Namespace) -> int:
     """Open the data once, then run each method on the same session and blocks."""
-    from async_spark.data.dataset import open_dataset
     from async_spark.engine.session import build_session
     from async_spark.solvers.linear import train_linear
     from async_spark.solvers.outputs import write_run
@@ -275,14 +274,7 @@ def run_train(args: argparse.Namespace) -> int:
     else:
         configs = _train_configs(args)
     first = configs[0]
-    dataset = open_dataset(
-        first.data,
-        first.partitions,
-        format=first.format,
-        num_features=first.num_features,
-        standardize=first.standardize,
-        loss=first.loss,
-    )
+    dataset = first.open_data()
     if resume is not None:  # refuse a mismatch before Spark starts
         from async_spark.solvers.checkpoint import check_compatible
         from async_spark.solvers.linear import build_model

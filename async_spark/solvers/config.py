@@ -183,6 +183,19 @@ class TrainConfig:
             ssp=None if self.ssp is None else StaleSynchronous(self.ssp),
         )
 
+    def open_data(self) -> tuple[Any, Any]:
+        """The run's dataset as ``(BlockSource, DatasetDescriptor)`` (see ``open_dataset``)."""
+        from async_spark.data.dataset import open_dataset
+
+        return open_dataset(
+            self.data,
+            self.partitions,
+            format=self.format,
+            num_features=self.num_features,
+            standardize=self.standardize,
+            loss=self.loss,
+        )
+
     def straggler_model(self) -> StragglerModel:
         return parse_stragglers(self.stragglers, seed=self.seed)
 

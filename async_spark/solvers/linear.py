@@ -32,7 +32,6 @@ from typing import Any
 import numpy as np
 
 from async_spark.data.blocks import BlockSource, DatasetDescriptor
-from async_spark.data.dataset import open_dataset
 from async_spark.engine.core import TaskTicket
 from async_spark.engine.engine import AsyncEngine, EngineError
 from async_spark.engine.transport import LocalTransport, Transport
@@ -219,14 +218,7 @@ def train_linear(
     """
     config.validate()
     if dataset is None:
-        dataset = open_dataset(
-            config.data,
-            config.partitions,
-            format=config.format,
-            num_features=config.num_features,
-            standardize=config.standardize,
-            loss=config.loss,
-        )
+        dataset = config.open_data()
     source, desc = dataset
     model = build_model(config, desc)
     P = desc.num_blocks
