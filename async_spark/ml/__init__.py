@@ -1,1 +1,25 @@
-"""async_spark.ml."""
+"""pyspark.ml Estimators and Models over the asynchronous solvers.
+
+- :class:`AsyncLogisticRegression` / :class:`AsyncLogisticRegressionModel` (binomial and
+  multinomial, ``family``);
+- :class:`AsyncLinearRegression` / :class:`AsyncLinearRegressionModel`;
+- :class:`AsyncTrainingSummary`: the trajectory (objective over time and updates) of a fit.
+
+They follow pyspark.ml's conventions (Params with type converters and defaults, ``copy``,
+``fit``/``transform``, ``write``/``read`` without pickle) and work inside ``Pipeline``,
+``CrossValidator`` and ``TrainValidationSplit``. See ``docs/ml.md``.
+"""
+
+from ._params import ParamValueError
+from .classification import AsyncLogisticRegression, AsyncLogisticRegressionModel
+from .regression import AsyncLinearRegression, AsyncLinearRegressionModel
+from .summary import AsyncTrainingSummary
+
+__all__ = [
+    "AsyncLinearRegression",
+    "AsyncLinearRegressionModel",
+    "AsyncLogisticRegression",
+    "AsyncLogisticRegressionModel",
+    "AsyncTrainingSummary",
+    "ParamValueError",
+]

@@ -1,0 +1,297 @@
+"""From a DataFrame to a trained linear model: checks, staging, training, original-scale weights.
+
+How the rows reach the engine
+-----------------------------
+The engine's tasks read *blocks* that stay decoded in the Python workers
+(:mod:`async_spark.data.blocks`), so ``fit`` does not ship rows through the JVM on every update.
+It writes the two columns it needs once, with Spark, as Parquet into a fresh folder under
+``stagingDir`` (``df.select(features, label).write.parquet``: distributed, no collect), then opens
+that folder with :func:`~async_spark.data.dataset.open_dataset` (``format="parquet"``, which
+decodes Spark ML vectors from the Arrow buffers), trains, and deletes the folder.
+
+Limits of that choice:
+
+- ``stagingDir`` must be the same directory for the driver and every executor: true in local mode
+  and ``local-cluster``; on a real cluster it must be a shared mount (NFS, a cluster volume). The
+  row count read back is compared with the DataFrame's, so a non-shared directory (each executor
+  writing to its own disk) fails with a clear error rather than training on a subset.
+- :func:`open_dataset` scans every block once **on the driver** (label values, sizes, row norms,
+  and the column moments for ``standardization``): one full read of the staged data by one
+  process. Fine up to a few GB; beyond that the scan dominates the fit.
+- The staged copy costs disk space of the size of the feature column (Snappy-compressed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from async_spark.data.arrays import default_staging_dir
+from async_spark.data.dataset import open_dataset
+from async_spark.data.errors import DataError
+from async_spark.data.transform import MAX_CLASSES, TransformedSource
+from async_spark.models.linear import split_params
+from async_spark.solvers.config import MOMENTUM_METHODS, ConfigError, TrainConfig
+from async_spark.solvers.linear import TrainResult, train_linear
+
+from ._params import ParamValueError, _AsyncLinearParams
+from .summary import AsyncTrainingSummary
+
+__all__ = ["FitOutput", "LabelStats", "fit_linear", "label_stats"]
+
+_DENSE_MAX_FEATURES = 4096
+_DENSE_MIN_DENSITY = 0.25
+
+
+@dataclass
+class LabelStats:
+    """One aggregation over the training DataFrame."""
+
+    n: int
+    min: float
+    max: float
+    non_integer: int
+    nnz: int
+    d: int
+    meta_classes: int | None
+
+
+@dataclass
+class FitOutput:
+    weights: np.ndarray  # (K, d), K = 1 except for multinomial
+    intercepts: np.ndarray  # (K,)
+    summary: AsyncTrainingSummary
+
+
+def _check_columns(dataset: Any, features: str, label: str | None) -> None:
+    from pyspark.ml.linalg import VectorUDT
+    from pyspark.sql.types import NumericType
+
+    fields = {f.name: f for f in dataset.schema.fields}
+    if features not in fields:
+        raise ValueError(
+            f"featuresCol: no column {features!r} in the DataFrame (columns: "
+            f"{', '.join(fields)}); assemble one with pyspark.ml.feature.VectorAssembler"
+        )
+    if not isinstance(fields[features].dataType, VectorUDT):
+        raise ValueError(
+            f"featuresCol: column {features!r} must be a Spark ML vector (VectorUDT), got "
+            f"{fields[features].dataType.simpleString()}; use VectorAssembler"
+        )
+    if label is not None:
+        if label not in fields:
+            raise ValueError(
+                f"labelCol: no column {label!r} in the DataFrame (columns: {', '.join(fields)})"
+            )
+        if not isinstance(fields[label].dataType, NumericType):
+            raise ValueError(
+                f"labelCol: column {label!r} must be numeric, got "
+                f"{fields[label].dataType.simpleString()}"
+            )
+
+
+def _meta_num_classes(dataset: Any, label: str) -> int | None:
+    """Number of classes from the label's ML attribute metadata (e.g. a StringIndexer's)."""
+    attr = dataset.schema[label].metadata.get("ml_attr", {})
+    if attr.get("type") == "nominal":
+        if "vals" in attr:
+            return len(attr["vals"])
+        if "num_vals" in attr:
+            return int(attr["num_vals"])
+    return None
+
+
+def label_stats(dataset: Any, features: str, label: str) -> LabelStats:
+    """Rows, label range and integrality, nonzeros and width of the features: one Spark job."""
+    from pyspark.ml.stat import Summarizer
+    from pyspark.sql import functions as F
+
+    _check_columns(dataset, features, label)
+    y = F.col(label).cast("double")
+    row = dataset.agg(
+        F.count(F.lit(1)).alias("n"),
+        F.sum(F.when(y.isNull() | F.isnan(y), 1).otherwise(0)).alias("bad"),
+        F.min(y).alias("lo"),
+        F.max(y).alias("hi"),
+        F.sum(F.when(y != F.floor(y), 1).otherwise(0)).alias("frac"),
+        Summarizer.metrics("numNonZeros").summary(F.col(features)).alias("s"),
+    ).first()
+    if row is None or not row["n"]:
+        raise ValueError("fit: the DataFrame has no rows")
+    if row["bad"]:
+        raise ValueError(f"labelCol: column {label!r} has {row['bad']} null or NaN label(s)")
+    nz = row["s"]["numNonZeros"]
+    return LabelStats(
+        n=int(row["n"]),
+        min=float(row["lo"]),
+        max=float(row["hi"]),
+        non_integer=int(row["frac"] or 0),
+        nnz=int(round(float(np.sum(nz.toArray())))),
+        d=int(nz.size),
+        meta_classes=_meta_num_classes(dataset, label),
+    )
+
+
+def classes_for(stats: LabelStats, label: str) -> int:
+    """K as pyspark.ml counts it: label metadata if present, else ``max label + 1``."""
+    if stats.non_integer or stats.min < 0:
+        bad = "non-integer" if stats.non_integer else f"negative ({stats.min:g})"
+        raise ValueError(
+            f"labelCol: classification labels must be class indices 0, 1, ..., K-1 (as in "
+            f"pyspark.ml); column {label!r} has {bad} values; index them with StringIndexer"
+        )
+    K = int(stats.max) + 1
+    if stats.meta_classes is not None:
+        if K > stats.meta_classes:
+            raise ValueError(
+                f"labelCol: label {stats.max:g} is out of range for the {stats.meta_classes} "
+                f"classes in column {label!r}'s metadata"
+            )
+        K = stats.meta_classes
+    if K > MAX_CLASSES:
+        raise ValueError(
+            f"labelCol: at most {MAX_CLASSES} classes, found labels up to {stats.max:g}"
+        )
+    return max(K, 2)
+
+
+def _staging_root(params: _AsyncLinearParams) -> str:
+    root = params.getStagingDir() or default_staging_dir()
+    if root.startswith("file://"):
+        root = root[len("file://") :]
+    if "://" in root:
+        raise ParamValueError(
+            f"stagingDir must be a local or mounted directory path (read back with pyarrow), "
+            f"got {root!r}"
+        )
+    return os.path.abspath(root)
+
+
+def _train_config(params: _AsyncLinearParams, loss: str, partitions: int, data: str) -> TrainConfig:
+    lam, alpha = params.getRegParam(), params.getElasticNetParam()
+    method = params.getMethod()
+    step = params.getStepSize()
+    momentum = None
+    if method in MOMENTUM_METHODS and step > 0:
+        momentum = params.getMomentum()
+    budget = params.getTimeBudget()
+    return TrainConfig(
+        data=data,
+        format="parquet",
+        loss=loss,
+        method=method,
+        l2=lam * (1.0 - alpha),
+        l1=lam * alpha,
+        step="auto" if step == 0.0 else step,
+        momentum=momentum,
+        batch_fraction=params.getBatchFraction(),
+        partitions=partitions,
+        beta=None if params.getBeta() == 0.0 else params.getBeta(),
+        tau=None if params.getTau() < 0 else params.getTau(),
+        stragglers=params.getStragglers(),
+        seed=params.getSeed(),
+        max_updates=params.getMaxUpdates(),
+        time_budget=None if budget == 0.0 else budget,
+        eval_every=params.getEvalEvery(),
+        quiet=True,
+    )
+
+
+def fit_linear(
+    params: _AsyncLinearParams,
+    dataset: Any,
+    *,
+    loss: str,
+    num_classes: int | None,
+    stats: LabelStats,
+) -> FitOutput:
+    """Stage ``dataset``, train with :func:`train_linear` on its session, undo the scaling.
+
+    Parameters
+    ----------
+    loss : {"logistic", "softmax", "squares"}
+    num_classes : int or None
+        K for softmax.
+    stats : LabelStats
+        From :func:`label_stats` on the same DataFrame.
+    """
+    params._check_combinations()
+    spark = dataset.sparkSession
+    features, label = params.getFeaturesCol(), params.getLabelCol()
+    n, d = stats.n, stats.d
+    P = params.getNumPartitions() or int(spark.sparkContext.defaultParallelism)
+    P = max(1, min(P, n))
+    dense = None
+    if d <= _DENSE_MAX_FEATURES and stats.nnz >= _DENSE_MIN_DENSITY * n * d:
+        dense = True  # dense blocks; standardization then also centers (better conditioning)
+
+    root = _staging_root(params)
+    os.makedirs(root, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix="fit-", dir=root)
+    path = os.path.join(tmp, "data")
+    try:
+        from pyspark.sql import functions as F
+
+        sc = spark.sparkContext
+        sc.setJobDescription(f"async_spark.ml: stage {features!r}, {label!r} as Parquet")
+        try:
+            dataset.select(
+                F.col(features).alias("features"), F.col(label).cast("double").alias("label")
+            ).write.parquet("file://" + path)
+        finally:
+            sc.setJobDescription(None)
+        source, desc = open_dataset(
+            path,
+            P,
+            format="parquet",
+            standardize=params.getStandardization(),
+            loss=None,
+            dense=dense,
+            num_features=d,
+        )
+        if desc.n != n:
+            raise DataError(
+                f"stagingDir {root!r}: read back {desc.n} of the DataFrame's {n} rows; the "
+                "staging directory must be visible under the same path to the driver and every "
+                "executor (local mode, local-cluster or a shared mount); set stagingDir"
+            )
+        if loss == "softmax":
+            assert num_classes is not None
+            desc = dataclasses.replace(
+                desc, num_classes=num_classes, classes=tuple(float(k) for k in range(num_classes))
+            )
+        config = _train_config(params, loss, P, path)
+        try:
+            result = train_linear(config, spark=spark, dataset=(source, desc))
+        except ConfigError as exc:  # our own checks come first; this names a CLI flag
+            raise ParamValueError(f"invalid Params: {exc}") from None
+        except FloatingPointError as exc:
+            raise FloatingPointError(
+                str(exc).replace("--step", "stepSize") + " (or set stepSize=0.0 for auto)"
+            ) from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    W, b = _original_scale(result, source)
+    return FitOutput(W, b, AsyncTrainingSummary.from_result(result))
+
+
+def _original_scale(result: TrainResult, source: Any) -> tuple[np.ndarray, np.ndarray]:
+    r"""Weights for the raw features: with :math:`x' = (x - m)/s`,
+    :math:`w'^T x' + b' = (w'/s)^T x + (b' - (w'/s)^T m)`."""
+    w, b = split_params(result.model, result.theta)
+    W = np.atleast_2d(np.asarray(w, dtype=np.float64))
+    B = np.atleast_1d(np.asarray(b, dtype=np.float64)).copy()
+    if isinstance(source, TransformedSource) and source.scale is not None:
+        W = W / np.asarray(source.scale)[None, :]
+        if source.mean is not None:
+            B = B - W @ np.asarray(source.mean)
+    if not (np.all(np.isfinite(W)) and np.all(np.isfinite(B))):
+        raise FloatingPointError("the fitted coefficients are not finite; try a smaller stepSize")
+    return W, B

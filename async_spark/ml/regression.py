@@ -1,0 +1,176 @@
+r"""Least-squares linear regression trained by the asynchronous solvers.
+
+.. math::
+    \min_{w, b}\; \frac1{2n}\sum_{i=1}^n (w^T x_i + b - y_i)^2
+    + \lambda\left(\alpha\|w\|_1 + \frac{1-\alpha}{2}\|w\|_2^2\right)
+
+:class:`AsyncLinearRegression` is a pyspark.ml ``Predictor``; its model adds ``predictionCol``.
+Unlike :class:`pyspark.ml.regression.LinearRegression`, the label is never standardized, so with
+``regParam > 0`` the two solve different problems (pyspark.ml scales λ by the label's standard
+deviation when ``standardization`` is on); with ``regParam = 0`` they agree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from pyspark import keyword_only
+from pyspark.ml.base import PredictionModel, Predictor
+from pyspark.ml.linalg import DenseVector, Vector
+from pyspark.ml.util import DefaultParamsReadable, DefaultParamsWritable, MLReadable, MLWritable
+
+from ._fit import _check_columns, fit_linear, label_stats
+from ._io import LinearModelReader, LinearModelWriter
+from ._params import _AsyncLinearParams, _HasSetters
+from .classification import _margins
+from .summary import AsyncTrainingSummary
+
+__all__ = ["AsyncLinearRegression", "AsyncLinearRegressionModel"]
+
+
+class AsyncLinearRegressionModel(PredictionModel, _AsyncLinearParams, MLWritable, MLReadable):
+    """A fitted linear regression: :attr:`coefficients`, :attr:`intercept`, :attr:`summary`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._W = np.zeros((1, 1))
+        self._b = np.zeros(1)
+        self._num_classes = 0
+        self._multinomial = False
+        self._summary: AsyncTrainingSummary | None = None
+
+    @classmethod
+    def _from_arrays(
+        cls, W: np.ndarray, b: np.ndarray, *, num_classes: int = 0, multinomial: bool = False
+    ) -> AsyncLinearRegressionModel:
+        model = cls()
+        model._W = np.array(W, dtype=np.float64, ndmin=2)
+        model._b = np.array(b, dtype=np.float64, ndmin=1)
+        return model
+
+    @property
+    def numFeatures(self) -> int:
+        return int(self._W.shape[1])
+
+    @property
+    def coefficients(self) -> DenseVector:
+        return DenseVector(self._W[0])
+
+    @property
+    def intercept(self) -> float:
+        return float(self._b[0])
+
+    @property
+    def hasSummary(self) -> bool:
+        return self._summary is not None
+
+    @property
+    def summary(self) -> AsyncTrainingSummary:
+        if self._summary is None:
+            raise RuntimeError(
+                "no training summary for this AsyncLinearRegressionModel (only a freshly fitted "
+                "model has one)"
+            )
+        return self._summary
+
+    def predict(self, value: Vector) -> float:
+        return float(_margins(self._W, self._b, value)[0])
+
+    def _transform(self, dataset: Any) -> Any:
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import DoubleType
+
+        features, out = self.getFeaturesCol(), self.getPredictionCol()
+        _check_columns(dataset, features, None)
+        if not out:
+            return dataset
+        W, b = self._W, self._b
+
+        def predict(v):  # type: ignore[no-untyped-def]  # no hints: pyspark reads them
+            return None if v is None else float(_margins(W, b, v)[0])
+
+        return dataset.withColumn(out, F.udf(predict, DoubleType())(F.col(features)))
+
+    def write(self) -> LinearModelWriter:
+        return LinearModelWriter(self)
+
+    @classmethod
+    def read(cls) -> LinearModelReader[AsyncLinearRegressionModel]:
+        return LinearModelReader(cls)
+
+    def __repr__(self) -> str:
+        return f"AsyncLinearRegressionModel: uid={self.uid}, numFeatures={self.numFeatures}"
+
+
+class AsyncLinearRegression(
+    Predictor, _AsyncLinearParams, _HasSetters, DefaultParamsWritable, DefaultParamsReadable
+):
+    """Linear least squares fitted by asynchronous SGD/SAGA/momentum on the ASYNC engine.
+
+    Parameters: see :class:`~async_spark.ml._params._AsyncLinearParams`. Keyword arguments only.
+    """
+
+    _input_kwargs: dict[str, Any]
+
+    @keyword_only
+    def __init__(
+        self,
+        *,
+        featuresCol: str = "features",
+        labelCol: str = "label",
+        predictionCol: str = "prediction",
+        method: str = "asaga",
+        stepSize: float | str = 0.0,
+        momentum: float = 0.0,
+        regParam: float = 0.0,
+        elasticNetParam: float = 0.0,
+        standardization: bool = True,
+        maxUpdates: int = 1000,
+        timeBudget: float = 0.0,
+        batchFraction: float = 0.1,
+        numPartitions: int = 0,
+        beta: float = 0.0,
+        tau: int = -1,
+        stragglers: str = "none",
+        seed: int = 0,
+        evalEvery: float = 0.5,
+        stagingDir: str = "",
+    ) -> None:
+        super().__init__()
+        self._set(**self._input_kwargs)
+
+    @keyword_only
+    def setParams(
+        self,
+        *,
+        featuresCol: str = "features",
+        labelCol: str = "label",
+        predictionCol: str = "prediction",
+        method: str = "asaga",
+        stepSize: float | str = 0.0,
+        momentum: float = 0.0,
+        regParam: float = 0.0,
+        elasticNetParam: float = 0.0,
+        standardization: bool = True,
+        maxUpdates: int = 1000,
+        timeBudget: float = 0.0,
+        batchFraction: float = 0.1,
+        numPartitions: int = 0,
+        beta: float = 0.0,
+        tau: int = -1,
+        stragglers: str = "none",
+        seed: int = 0,
+        evalEvery: float = 0.5,
+        stagingDir: str = "",
+    ) -> AsyncLinearRegression:
+        """Set the given Params (keyword arguments only)."""
+        return self._set(**self._input_kwargs)
+
+    def _fit(self, dataset: Any) -> AsyncLinearRegressionModel:
+        self._check_combinations()
+        stats = label_stats(dataset, self.getFeaturesCol(), self.getLabelCol())
+        out = fit_linear(self, dataset, loss="squares", num_classes=None, stats=stats)
+        model = AsyncLinearRegressionModel._from_arrays(out.weights, out.intercepts)
+        model._summary = out.summary
+        return self._copyValues(model)

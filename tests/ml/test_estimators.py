@@ -1,0 +1,283 @@
+"""pyspark.ml Estimators on the shared session: fit/transform, parity with pyspark.ml's
+LogisticRegression, Pipeline save/load, CrossValidator/TrainValidationSplit, bad Params.
+
+Kept small (breast cancer, a few hundred updates at most) so the module runs in about a minute on
+two busy cores."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.spark
+
+pytest.importorskip("sklearn")
+
+from pyspark.ml import Pipeline, PipelineModel  # noqa: E402
+from pyspark.ml.classification import LogisticRegression  # noqa: E402
+from pyspark.ml.evaluation import (  # noqa: E402
+    BinaryClassificationEvaluator,
+    MulticlassClassificationEvaluator,
+)
+from pyspark.ml.feature import VectorAssembler  # noqa: E402
+from pyspark.ml.linalg import Vectors  # noqa: E402
+from pyspark.ml.tuning import (  # noqa: E402
+    CrossValidator,
+    ParamGridBuilder,
+    TrainValidationSplit,
+)
+
+from async_spark.ml import (  # noqa: E402
+    AsyncLinearRegression,
+    AsyncLinearRegressionModel,
+    AsyncLogisticRegression,
+    AsyncLogisticRegressionModel,
+    ParamValueError,
+)
+
+COLS = [f"f{i}" for i in range(30)]
+# SAGA with an explicit step converges in ~100 updates on standardized breast cancer.
+FAST = dict(method="asaga", stepSize=0.2, batchFraction=0.25, numPartitions=4, evalEvery=0.2)
+
+
+@pytest.fixture(scope="module")
+def cancer(spark):
+    """(train, test) DataFrames of raw columns f0..f29 and label, a fixed 80/20 split."""
+    from sklearn.datasets import load_breast_cancer
+
+    X, y = load_breast_cancer(return_X_y=True)
+    rng = np.random.default_rng(0)
+    test = np.zeros(len(y), dtype=bool)
+    test[rng.permutation(len(y))[: len(y) // 5]] = True
+    rows = [(*map(float, x), float(t)) for x, t in zip(X, y, strict=True)]
+    schema = ", ".join(f"{c} double" for c in COLS) + ", label double"
+    train = spark.createDataFrame([r for r, t in zip(rows, test, strict=True) if not t], schema)
+    held = spark.createDataFrame([r for r, t in zip(rows, test, strict=True) if t], schema)
+    return train.cache(), held.cache()
+
+
+@pytest.fixture(scope="module")
+def assembled(cancer):
+    va = VectorAssembler(inputCols=COLS, outputCol="features")
+    train, test = cancer
+    return va.transform(train).cache(), va.transform(test).cache()
+
+
+@pytest.fixture(scope="module")
+def pipeline_model(cancer):
+    """The one well-converged fit of the module: VectorAssembler + AsyncLogisticRegression."""
+    train, _ = cancer
+    pipe = Pipeline(
+        stages=[
+            VectorAssembler(inputCols=COLS, outputCol="features"),
+            AsyncLogisticRegression(regParam=0.01, maxUpdates=120, **FAST),
+        ]
+    )
+    return pipe, pipe.fit(train)
+
+
+@pytest.fixture(scope="module")
+def fitted(pipeline_model):
+    return pipeline_model[1].stages[1]
+
+
+def test_fit_transform_columns_and_summary(fitted, assembled):
+    _, test = assembled
+    out = fitted.transform(test)
+    assert {"rawPrediction", "probability", "prediction"} <= set(out.columns)
+    rows = out.select("rawPrediction", "probability", "prediction", "label").collect()
+    P = np.array([r.probability.toArray() for r in rows])
+    R = np.array([r.rawPrediction.toArray() for r in rows])
+    pred = np.array([r.prediction for r in rows])
+    y = np.array([r.label for r in rows])
+    np.testing.assert_allclose(P.sum(axis=1), 1.0)
+    np.testing.assert_allclose(R[:, 0], -R[:, 1])
+    np.testing.assert_array_equal(pred, (P[:, 1] > 0.5).astype(float))
+    assert (pred == y).mean() >= 0.95
+    # the single-row API agrees with transform
+    r0 = out.select("features", "probability").first()
+    np.testing.assert_allclose(fitted.predictProbability(r0.features), r0.probability)
+    assert fitted.numFeatures == 30 and fitted.numClasses == 2 and not fitted.isMultinomial
+    assert fitted.coefficientMatrix.toArray().shape == (1, 30)
+    np.testing.assert_allclose(fitted.coefficients.toArray(), fitted.coefficientMatrix.toArray()[0])
+    s = fitted.summary
+    assert s.totalUpdates == 120 and s.stoppedBy == "max_updates"
+    assert len(s.objectiveHistory) >= 2 and s.objectiveHistory[-1] < s.objectiveHistory[0]
+    assert [r["seconds"] for r in s.trajectory] == sorted(r["seconds"] for r in s.trajectory)
+    assert list(s.toPandas().columns) == ["seconds", "updates", "objective"]
+    assert BinaryClassificationEvaluator().evaluate(out) > 0.98
+    fitted.setThreshold(0.99)  # a Model Param changes predictions only
+    strict = np.array([r.prediction for r in fitted.transform(test).select("prediction").collect()])
+    fitted.setThreshold(0.5)
+    assert strict.sum() < pred.sum()
+
+
+def test_parity_with_pyspark_logistic_regression(fitted, assembled):
+    train, test = assembled
+    ref = LogisticRegression(regParam=0.01, elasticNetParam=0.0, tol=1e-10, maxIter=200).fit(train)
+    ours = fitted.transform(test).select("prediction", "probability").collect()
+    theirs = ref.transform(test).select("prediction", "probability").collect()
+    agree = np.mean([a.prediction == b.prediction for a, b in zip(ours, theirs, strict=True)])
+    assert agree >= 0.97
+    p_ours = np.array([r.probability[1] for r in ours])
+    p_theirs = np.array([r.probability[1] for r in theirs])
+    assert np.max(np.abs(p_ours - p_theirs)) < 0.15
+    # coefficients on the standardized scale (where the penalty acts) are close
+    import pyspark.sql.functions as F
+    from pyspark.ml.stat import Summarizer
+
+    std = train.select(Summarizer.std(F.col("features")).alias("s")).first()["s"].toArray()
+    a = fitted.coefficients.toArray() * std
+    b = ref.coefficients.toArray() * std
+    assert np.linalg.norm(a - b) / np.linalg.norm(b) < 0.3
+    # the objective the solver reports is pyspark.ml's (up to the n vs n-1 in the std)
+    assert abs(fitted.summary.objectiveHistory[-1] - ref.summary.objectiveHistory[-1]) < 0.01
+
+
+def test_pipeline_save_load_roundtrip(pipeline_model, cancer, tmp_path):
+    _, test = cancer
+    pipe, model = pipeline_model
+    acc = MulticlassClassificationEvaluator(metricName="accuracy").evaluate(model.transform(test))
+    assert acc >= 0.95
+    pipe.write().save(str(tmp_path / "pipe"))
+    assert Pipeline.load(str(tmp_path / "pipe")).getStages()[1].getMaxUpdates() == 120
+    model.write().overwrite().save(str(tmp_path / "model"))
+    loaded = PipelineModel.load(str(tmp_path / "model"))
+    stage = loaded.stages[1]
+    assert isinstance(stage, AsyncLogisticRegressionModel)
+    assert stage.getRegParam() == 0.01 and stage.uid == model.stages[1].uid
+    assert not stage.hasSummary
+    np.testing.assert_array_equal(
+        stage.coefficients.toArray(), model.stages[1].coefficients.toArray()
+    )
+    a = model.transform(test).select("prediction", "probability").collect()
+    b = loaded.transform(test).select("prediction", "probability").collect()
+    assert [r.prediction for r in a] == [r.prediction for r in b]
+    np.testing.assert_array_equal(
+        [r.probability.toArray() for r in a], [r.probability.toArray() for r in b]
+    )
+
+
+def test_cross_validator_and_train_validation_split(assembled, tmp_path):
+    train, _ = assembled
+    lr = AsyncLogisticRegression(maxUpdates=10, **FAST)
+    grid = ParamGridBuilder().addGrid(lr.regParam, [0.01, 0.1]).build()
+    cv = CrossValidator(
+        estimator=lr,
+        estimatorParamMaps=grid,
+        evaluator=BinaryClassificationEvaluator(),
+        numFolds=2,
+        seed=1,
+    )
+    cvm = cv.fit(train)
+    assert len(cvm.avgMetrics) == 2 and all(m > 0.8 for m in cvm.avgMetrics)
+    best = cvm.bestModel
+    assert isinstance(best, AsyncLogisticRegressionModel)
+    assert best.getRegParam() in (0.01, 0.1)
+    assert lr.getRegParam() == 0.0  # copy semantics: the estimator is untouched
+    cvm.write().save(str(tmp_path / "cv"))
+    from pyspark.ml.tuning import CrossValidatorModel
+
+    again = CrossValidatorModel.load(str(tmp_path / "cv")).bestModel
+    np.testing.assert_array_equal(again.coefficients.toArray(), best.coefficients.toArray())
+
+    tvs = TrainValidationSplit(
+        estimator=lr,
+        estimatorParamMaps=ParamGridBuilder().addGrid(lr.maxUpdates, [10]).build(),
+        evaluator=BinaryClassificationEvaluator(),
+        trainRatio=0.7,
+        seed=1,
+    )
+    assert tvs.fit(train).validationMetrics[0] > 0.8
+
+
+def test_multinomial_and_linear_regression(spark, tmp_path):
+    from sklearn.datasets import load_iris
+
+    X, y = load_iris(return_X_y=True)
+    df = spark.createDataFrame(
+        [(Vectors.dense(x), float(t)) for x, t in zip(X, y, strict=True)], ["features", "label"]
+    )
+    m = AsyncLogisticRegression(regParam=0.01, maxUpdates=60, **FAST).fit(df)
+    assert m.isMultinomial and m.numClasses == 3
+    assert m.coefficientMatrix.toArray().shape == (3, 4) and len(m.interceptVector) == 3
+    with pytest.raises(RuntimeError, match="coefficientMatrix"):
+        m.coefficients  # noqa: B018
+    out = m.transform(df)
+    acc = MulticlassClassificationEvaluator(metricName="accuracy").evaluate(out)
+    assert acc >= 0.9
+    first = out.select("features", "probability", "prediction").first()
+    assert len(first.probability) == 3
+    np.testing.assert_allclose(m.predictProbability(first.features), first.probability)
+    m.save(str(tmp_path / "multi"))
+    back = AsyncLogisticRegressionModel.load(str(tmp_path / "multi"))
+    np.testing.assert_array_equal(back.coefficientMatrix.toArray(), m.coefficientMatrix.toArray())
+    assert back.isMultinomial
+
+    # least squares: petal width from the other three columns; compare with numpy lstsq
+    reg_df = spark.createDataFrame(
+        [(Vectors.dense(x[:3]), float(x[3])) for x in X], ["features", "label"]
+    )
+    reg = AsyncLinearRegression(maxUpdates=60, **{**FAST, "stepSize": 0.1}).fit(reg_df)
+    A = np.hstack([X[:, :3], np.ones((len(X), 1))])
+    coef, *_ = np.linalg.lstsq(A, X[:, 3], rcond=None)
+    pred = np.array([r.prediction for r in reg.transform(reg_df).select("prediction").collect()])
+    best = np.sqrt(np.mean((A @ coef - X[:, 3]) ** 2))
+    assert np.sqrt(np.mean((pred - X[:, 3]) ** 2)) < 1.5 * best
+    reg.save(str(tmp_path / "reg"))
+    back_reg = AsyncLinearRegressionModel.load(str(tmp_path / "reg"))
+    assert back_reg.intercept == reg.intercept
+
+
+BAD_PARAMS = [
+    ({"regParam": -0.1}, ParamValueError, "regParam must be in"),
+    ({"elasticNetParam": 1.5}, ParamValueError, r"elasticNetParam must be in \[0, 1\]"),
+    ({"method": "adam"}, ParamValueError, "method must be one of sgd, asgd"),
+    ({"stepSize": -1.0}, ParamValueError, "stepSize must be 'auto'"),
+    ({"stepSize": "fast"}, TypeError, "stepSize must be a number"),
+    ({"maxUpdates": 0}, ParamValueError, "maxUpdates must be an integer >= 1"),
+    ({"batchFraction": 0.0}, ParamValueError, r"batchFraction must be in \(0, 1\]"),
+    ({"beta": 2.0}, ParamValueError, "beta must be in"),
+    ({"tau": -2}, ParamValueError, "tau must be an integer >= -1"),
+    ({"stragglers": "sometimes"}, ParamValueError, "stragglers: unknown straggler model"),
+    ({"family": "poisson"}, ParamValueError, "family must be one of auto, binomial"),
+    ({"threshold": 1.2}, ParamValueError, "threshold must be in"),
+    ({"timeBudget": float("nan")}, ParamValueError, "timeBudget must be a finite number"),
+    ({"stagingDir": "hdfs://nn/tmp"}, ParamValueError, "stagingDir must be a local"),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "exc", "match"), BAD_PARAMS)
+def test_bad_params_are_refused(kwargs, exc, match, assembled):
+    if "stagingDir" in kwargs:  # only checked when fit starts
+        with pytest.raises(exc, match=match):
+            AsyncLogisticRegression(**kwargs).fit(assembled[0])
+        return
+    with pytest.raises(exc, match=match):
+        AsyncLogisticRegression(**kwargs)
+    lr = AsyncLogisticRegression()
+    param, value = next(iter(kwargs.items()))
+    with pytest.raises(exc, match=match):  # also through copy(extra), as ParamGridBuilder does
+        lr.copy({lr.getParam(param): value})
+
+
+def test_bad_combinations_and_data_are_refused(assembled, spark):
+    train, _ = assembled
+    with pytest.raises(ParamValueError, match="beta applies to the asynchronous methods"):
+        AsyncLogisticRegression(method="saga", beta=0.5).fit(train)
+    with pytest.raises(ParamValueError, match="momentum applies to hb"):
+        AsyncLogisticRegression(method="asaga", momentum=0.5).fit(train)
+    with pytest.raises(ValueError, match="featuresCol: no column 'feats'"):
+        AsyncLogisticRegression(featuresCol="feats").fit(train)
+    with pytest.raises(ValueError, match="must be a Spark ML vector"):
+        AsyncLogisticRegression(featuresCol="f0").fit(train)
+    df = spark.createDataFrame(
+        [(Vectors.dense([1.0, 0.0]), 0.5), (Vectors.dense([0.0, 1.0]), 1.0)], ["features", "label"]
+    )
+    with pytest.raises(ValueError, match="class indices 0, 1, ..., K-1"):
+        AsyncLogisticRegression().fit(df)
+    three = spark.createDataFrame(
+        [(Vectors.dense([1.0, 0.0]), float(k)) for k in range(3)], ["features", "label"]
+    )
+    with pytest.raises(ParamValueError, match="family='binomial' needs labels 0 and 1"):
+        AsyncLogisticRegression(family="binomial").fit(three)
