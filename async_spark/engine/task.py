@@ -60,8 +60,12 @@ def run_task(
     delay: Delay,
     rows: Iterable[Any] = (),
 ) -> list[TaskReport]:
-    """Body of one single-partition job. ``rows`` (the partition's content) is not read: the block
-    comes from the worker's cache through the task function."""
+    """Body of one single-partition job. The block comes from the worker's cache through the task
+    function, not from ``rows`` (the partition holds only its index)."""
+    # Drain the partition's iterator: PySpark does not reuse a Python worker whose task left its
+    # input unread, and a fresh worker has lost its block cache.
+    for _ in rows:
+        pass
     start = time.perf_counter()
     model = model_ref.value if model_ref is not None else None
     payload = task_fn(block, model, args)

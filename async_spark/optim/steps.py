@@ -30,6 +30,7 @@ __all__ = [
     "make_step_rule",
     "as_step_rule",
     "auto_step",
+    "minibatch_smoothness",
 ]
 
 STEP_RULES = ("constant", "sqrt", "staleness")
@@ -113,7 +114,28 @@ def as_step_rule(step: Any) -> StepRule:
     return ConstantStep(step)
 
 
-def auto_step(method: str, model: LinearModel, max_row_norm_sq: float) -> float:
+def minibatch_smoothness(l_max: float, l_avg: float, n: int, batch: float) -> float:
+    r"""Expected smoothness of a mini-batch of ``batch`` rows out of ``n`` (sampling without
+    replacement; Gower et al., ICML 2019, Proposition 3.8):
+
+    .. math:: \mathcal L(m) = \frac{n (m-1)}{m (n-1)} L + \frac{n - m}{m (n-1)} L_{\max},
+
+    between :math:`L_{\max}` (m = 1) and :math:`L` (m = n)."""
+    m = min(max(float(batch), 1.0), float(n))
+    if n <= 1:
+        return l_max
+    return n * (m - 1) / (m * (n - 1)) * l_avg + (n - m) / (m * (n - 1)) * l_max
+
+
+def auto_step(
+    method: str,
+    model: LinearModel,
+    max_row_norm_sq: float,
+    *,
+    n: int | None = None,
+    batch: float | None = None,
+    gram_max: float | None = None,
+) -> float:
     r"""A safe step size from the data, as for SAG/SAGA.
 
     With :math:`L_{\max}` from :func:`async_spark.models.sample_smoothness` (per-sample
@@ -126,10 +148,21 @@ def auto_step(method: str, model: LinearModel, max_row_norm_sq: float) -> float:
       "SGD: General Analysis and Improved Rates", ICML 2019 (Theorem 3.1 with the expected
       smoothness bounded by :math:`L_{\max}`).
 
+    **Mini-batches.** An update averages ``batch`` sampled rows (``b N / P`` for one asynchronous
+    result, ``b N`` for a synchronous round). When ``n``, ``batch`` and ``gram_max``
+    (:math:`\lambda_{\max}` of :math:`\tilde X^T \tilde X / n`) are given, :math:`L_{\max}` is
+    replaced by the mini-batch expected smoothness :func:`minibatch_smoothness`, with the
+    average smoothness :math:`L = c_\ell\,\lambda_{\max} + \lambda_2` (after Gazagnadou, Gower &
+    Salmon, "Optimal mini-batch and step sizes for SAGA", ICML 2019) — much larger steps for
+    large batches, the same step for one row.
+
     Staleness is not accounted for; an asynchronous run may combine this with
     :class:`StalenessScaledStep`.
     """
     L = sample_smoothness(model, max_row_norm_sq) + model.l2
+    if n is not None and batch is not None and gram_max is not None:
+        c = {"logistic": 0.25, "squares": 1.0, "softmax": 0.5}[model.loss]
+        L = minibatch_smoothness(L, c * gram_max + model.l2, n, batch)
     if method in ("saga", "asaga"):
         return 1.0 / (3.0 * L)
     if method in ("sgd", "asgd"):

@@ -27,54 +27,20 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
-from async_spark.data.blocks import BlockSource, DatasetDescriptor, get_block
+from async_spark.data.blocks import BlockSource, DatasetDescriptor
 from async_spark.models.linear import LinearModel, prox_l1, regularizer_gradient
 from async_spark.optim.momentum import accelerated_projected_gradient, heavy_ball, nesterov
 from async_spark.optim.parameters import momentum_parameters
 from async_spark.optim.sgd import SGDMessage
+
+from .curvature import gram_max_eigenvalue
 
 __all__ = ["MOMENTUM_METHODS", "MomentumLinear", "gram_max_eigenvalue", "momentum_step"]
 
 MOMENTUM_METHODS = ("hb", "ag", "apg", "ahb", "aag", "aapg")
 _BASE = {"hb": "hb", "ahb": "hb", "ag": "ag", "aag": "ag", "apg": "apg", "aapg": "apg"}
 _LOSS_CURVATURE = {"logistic": 0.25, "squares": 1.0, "softmax": 0.5}
-
-
-def gram_max_eigenvalue(
-    source: BlockSource,
-    desc: DatasetDescriptor,
-    *,
-    intercept: bool = True,
-    iters: int = 50,
-    tol: float = 1e-6,
-    seed: int = 0,
-) -> float:
-    r""":math:`\lambda_{\max}(\tilde X^T\tilde X/n)` with :math:`\tilde x_i = (x_i, 1)`, by power
-    iteration over the blocks (each block read from this process's cache)."""
-    d = desc.d + (1 if intercept else 0)
-    v = np.random.default_rng(seed).standard_normal(d)
-    v /= np.linalg.norm(v)
-    lam = 0.0
-    for _ in range(iters):
-        w = np.zeros(d)
-        for p in range(desc.num_blocks):
-            X = get_block(source, p).X
-            xv = X @ v[: desc.d] + (v[-1] if intercept else 0.0)
-            w[: desc.d] += X.T @ xv if not sp.issparse(X) else np.asarray(X.T @ xv).ravel()
-            if intercept:
-                w[-1] += xv.sum()
-        w /= desc.n
-        new = float(v @ w)
-        norm = np.linalg.norm(w)
-        if norm == 0:
-            return 0.0
-        v = w / norm
-        if abs(new - lam) <= tol * max(new, 1e-12):
-            return new
-        lam = new
-    return lam
 
 
 def momentum_step(

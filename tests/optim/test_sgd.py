@@ -163,3 +163,12 @@ def test_sgd_validation(kwargs, pattern) -> None:
     args = {"n": 10, "num_blocks": 2, "batch_fraction": 0.5, "step": 0.1, **kwargs}
     with pytest.raises(ValueError, match=pattern):
         sgd(LinearModel("squares", 2), **args)
+
+
+def test_minibatch_smoothness_interpolates_between_lmax_and_l():
+    from async_spark.optim.steps import minibatch_smoothness
+
+    assert minibatch_smoothness(10.0, 2.0, 1000, 1) == 10.0
+    assert minibatch_smoothness(10.0, 2.0, 1000, 1000) == 2.0
+    mid = minibatch_smoothness(10.0, 2.0, 1000, 50)
+    assert 2.0 < mid < 10.0

@@ -1,0 +1,45 @@
+"""Curvature of a dataset, measured over its blocks on the driver (for automatic step sizes)."""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from async_spark.data.blocks import BlockSource, DatasetDescriptor, get_block
+
+__all__ = ["gram_max_eigenvalue"]
+
+
+def gram_max_eigenvalue(
+    source: BlockSource,
+    desc: DatasetDescriptor,
+    *,
+    intercept: bool = True,
+    iters: int = 50,
+    tol: float = 1e-6,
+    seed: int = 0,
+) -> float:
+    r""":math:`\lambda_{\max}(\tilde X^T\tilde X/n)` with :math:`\tilde x_i = (x_i, 1)`, by power
+    iteration over the blocks (each block read from this process's cache)."""
+    d = desc.d + (1 if intercept else 0)
+    v = np.random.default_rng(seed).standard_normal(d)
+    v /= np.linalg.norm(v)
+    lam = 0.0
+    for _ in range(iters):
+        w = np.zeros(d)
+        for p in range(desc.num_blocks):
+            X = get_block(source, p).X
+            xv = X @ v[: desc.d] + (v[-1] if intercept else 0.0)
+            w[: desc.d] += X.T @ xv if not sp.issparse(X) else np.asarray(X.T @ xv).ravel()
+            if intercept:
+                w[-1] += xv.sum()
+        w /= desc.n
+        new = float(v @ w)
+        norm = np.linalg.norm(w)
+        if norm == 0:
+            return 0.0
+        v = w / norm
+        if abs(new - lam) <= tol * max(new, 1e-12):
+            return new
+        lam = new
+    return lam
