@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> float:
     ap.add_argument("--tolerance", type=float, default=1e-3)
     args = ap.parse_args(argv)
     P = args.partitions
-    max_updates = 400 if args.quick else 1500
+    max_updates = 300 if args.quick else 600
     dataset = open_dataset("builtin:breast_cancer", P, standardize=True, loss="logistic")
     best = optimum(*dataset)
     target = best * (1 + args.tolerance)
