@@ -198,7 +198,9 @@ def test_multinomial_and_linear_regression(spark, tmp_path):
     df = spark.createDataFrame(
         [(Vectors.dense(x), float(t)) for x, t in zip(X, y, strict=True)], ["features", "label"]
     )
-    m = AsyncLogisticRegression(regParam=0.01, maxUpdates=60, **FAST).fit(df)
+    m = AsyncLogisticRegression(regParam=0.01, maxUpdates=60, **{**FAST, "batchFraction": 1.0}).fit(
+        df
+    )
     assert m.isMultinomial and m.numClasses == 3
     assert m.coefficientMatrix.toArray().shape == (3, 4) and len(m.interceptVector) == 3
     with pytest.raises(RuntimeError, match="coefficientMatrix"):
@@ -218,7 +220,9 @@ def test_multinomial_and_linear_regression(spark, tmp_path):
     reg_df = spark.createDataFrame(
         [(Vectors.dense(x[:3]), float(x[3])) for x in X], ["features", "label"]
     )
-    reg = AsyncLinearRegression(maxUpdates=60, **{**FAST, "stepSize": 0.1}).fit(reg_df)
+    reg = AsyncLinearRegression(
+        maxUpdates=60, **{**FAST, "stepSize": 0.1, "batchFraction": 1.0}
+    ).fit(reg_df)
     A = np.hstack([X[:, :3], np.ones((len(X), 1))])
     coef, *_ = np.linalg.lstsq(A, X[:, 3], rcond=None)
     pred = np.array([r.prediction for r in reg.transform(reg_df).select("prediction").collect()])
