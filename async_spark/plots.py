@@ -190,6 +190,10 @@ def draw_runs(runs: Sequence[Run], axes: Sequence[Any]) -> None:
     else:
         ax_stale.text(0.5, 0.5, "no staleness histogram", ha="center", transform=ax_stale.transAxes)
     ax_stale.grid(True, axis="y", alpha=0.3)
+    from matplotlib.ticker import MaxNLocator
+
+    ax_stale.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax_block.xaxis.set_major_locator(MaxNLocator(integer=True))
 
     # Per-block time between results (mean with p10-p90 whiskers).
     per_run = [(run, color, block_intervals(run)) for run, color in zip(runs, colors, strict=True)]
