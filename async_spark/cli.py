@@ -4,7 +4,8 @@ Subcommands:
 
 - ``train``    — SGD / ASGD / SAGA / ASAGA on Spark (the main job; see ``async-spark train -h``);
 - ``momentum`` — the stochastic momentum reproduction (rates, invariant covariance, W2);
-- ``hylo``     — HyLo natural gradient on a reference deep model (PyTorch).
+- ``hylo``     — HyLo natural gradient on a reference deep model (PyTorch);
+- ``plot``     — figures of run directories (objective vs time and updates, staleness).
 
 Bad input or options end with exit code 2 and one line on stderr naming the file and line or
 the option and its allowed values; ``--debug`` shows the traceback instead.
@@ -166,6 +167,12 @@ def build_parser() -> argparse.ArgumentParser:
     mom.add_argument("--quick", action="store_true")
     mom.add_argument("--seed", type=_optional_int, default=0)
     mom.add_argument("--debug", action="store_true")
+    plot = sub.add_parser(
+        "plot", help="plot runs written by train --out (objective, staleness, block times)"
+    )
+    from async_spark.plots import add_plot_arguments
+
+    add_plot_arguments(plot)
     hylo = sub.add_parser("hylo", help="HyLo natural gradient on a reference model (PyTorch)")
     from async_spark.hylo.cli_args import add_arguments as add_hylo_arguments
 
@@ -364,11 +371,17 @@ def run_hylo(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_plot(args: argparse.Namespace) -> int:
+    from async_spark.plots import run_plot as _run_plot
+
+    return _run_plot(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    handlers = {"train": run_train, "momentum": run_momentum, "hylo": run_hylo}
+    handlers = {"train": run_train, "momentum": run_momentum, "hylo": run_hylo, "plot": run_plot}
     try:
         return handlers[args.command](args)
     except KeyboardInterrupt:
