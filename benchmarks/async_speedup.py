@@ -103,6 +103,8 @@ def round_seconds(sync_run) -> float:
 def speedup_of(sync_run, async_run) -> float | None:
     """Time of the synchronous run to the common target over the asynchronous run's."""
     target = max(sync_run.final_objective, async_run.final_objective)
+    if target >= sync_run.snapshots[0][2]:
+        return None  # one of the runs made no progress at all: no common target
     ts, ta = time_to(sync_run.snapshots, target), time_to(async_run.snapshots, target)
     return ts / ta if ts and ta else None
 
@@ -149,6 +151,13 @@ def main(argv: list[str] | None = None) -> float:
     )
     ap.add_argument("--data", default="builtin:synthetic?n=100000&d=10000&nnz=50&seed=0")
     ap.add_argument("--batch-fraction", type=float, default=0.5)
+    ap.add_argument(
+        "--step",
+        type=float,
+        default=0.5,
+        help="one constant step for both methods of a pair, as ASYNC ran them (the automatic "
+        "steps differ: a synchronous round may take the larger mini-batch step)",
+    )
     ap.add_argument("--l2", type=float, default=1e-4)
     ap.add_argument("--json", default=None, help="also write the figures to this JSON file")
     args = ap.parse_args(argv)
