@@ -216,6 +216,11 @@ def main(argv: list[str] | None = None) -> float:
         help="comma list of multiples of the auto step (default 16,4,1,0.25,0.0625); asynchronous "
         "runs need about 1/P at large P (staleness ~ P)",
     )
+    ap.add_argument(
+        "--sync-step-grid",
+        default=None,
+        help="grid for the synchronous methods (default: --step-grid)",
+    )
     ap.add_argument("--json", default=None, help="also write every row to this JSON file")
     args = ap.parse_args(argv)
     workers = [
@@ -226,6 +231,9 @@ def main(argv: list[str] | None = None) -> float:
     data = args.data or (QUICK_DATA if args.quick else RCV1_SHAPE)
     rounds = args.rounds or (20.0 if args.quick else 30.0)
     grid = tuple(float(g) for g in args.step_grid.split(",")) if args.step_grid else STEP_GRID
+    sync_grid = (
+        tuple(float(g) for g in args.sync_step_grid.split(",")) if args.sync_step_grid else grid
+    )
 
     base_cost = calibrated_cost(args.cost_model, args.save_cost_model).replace(**NETWORK)
     print(f"# cost model: {json.dumps(base_cost.to_dict())}", flush=True)
@@ -279,7 +287,7 @@ def main(argv: list[str] | None = None) -> float:
             chosen: dict[str, float] = {}
             for method in (sync, PAIRS[sync]):
                 finals = {}
-                for scale in grid:
+                for scale in sync_grid if method == sync else grid:
                     r = run(method, models[0], scale, budget / 5, tuning=True)
                     finals[scale] = math.inf if r is None else r.final_objective
                 chosen[method] = min(finals, key=lambda k: finals[k])
