@@ -209,3 +209,23 @@ def test_sigterm_stops_cleanly_with_exit_143_and_a_final_checkpoint(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["stopped_by"] == "interrupted"
     assert load_latest(out).updates == summary["updates"]  # the final state is checkpointed
+
+
+def test_resumed_asynchronous_run_ends_within_the_run_to_run_spread(tmp_path, cancer):
+    def final(out, updates, resume=None):
+        cfg = _cfg(
+            out,
+            "asgd",
+            max_updates=updates,
+            step=0.5,
+            step_rule="constant",
+            stragglers="intensity:1.0",
+        )
+        return train_linear(cfg, dataset=cancer, resume=resume).final_objective
+
+    spread = [final(tmp_path / f"u{i}", 120) for i in range(3)]
+    final(tmp_path / "cut", 60)
+    resumed = final(tmp_path / "cut", 120, resume=load_latest(tmp_path / "cut"))
+    lo, hi = min(spread), max(spread)
+    margin = max(hi - lo, 1e-3 * hi)
+    assert lo - margin <= resumed <= hi + margin, (resumed, spread)
