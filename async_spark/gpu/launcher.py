@@ -338,6 +338,12 @@ class BarrierLauncher:
         and, times two plus a minute, for the whole stage as seen by the driver.
     threads : int
         ``torch.set_num_threads`` in each rank.
+    retry : bool
+        Let Spark rerun the whole stage when a rank fails, up to
+        ``spark.stage.maxConsecutiveAttempts`` attempts (default 4). Spark never reruns a failed
+        barrier *result* stage ("Could not recover from a failed barrier ResultStage"), so with
+        ``retry=True`` the ranks' outputs go through a one-partition shuffle, which makes the
+        barrier stage a shuffle-map stage that Spark does rerun. ``False``: one attempt.
     slot_wait : float
         Seconds to wait for ``num_ranks`` task slots to register before refusing (a barrier
         stage larger than the cluster would otherwise retry for minutes).
@@ -353,6 +359,7 @@ class BarrierLauncher:
         cpus_per_task: int = 1,
         timeout: float = 600.0,
         threads: int = 1,
+        retry: bool = True,
         slot_wait: float = 60.0,
     ) -> None:
         if isinstance(num_ranks, bool) or not isinstance(num_ranks, int) or num_ranks < 1:
@@ -373,6 +380,7 @@ class BarrierLauncher:
         self.timeout = float(timeout)
         self.threads = int(threads)
         self.slot_wait = float(slot_wait)
+        self.retry = bool(retry)
 
     def _slots(self) -> int:
         """Task slots of the default profile now (Spark's own count; else defaultParallelism)."""
@@ -424,6 +432,8 @@ class BarrierLauncher:
         stage = data.barrier().mapPartitions(task)
         if self.profile is not None:
             stage = stage.withResources(self.profile)
+        if self.retry:  # a shuffle-map barrier stage is rerun on failure, a result stage is not
+            stage = stage.map(lambda row: (row["rank"], row)).partitionBy(1).values()
         tag = f"async-spark-barrier-{uuid.uuid4().hex[:12]}"
         box: dict[str, Any] = {}
         sc = self.sc
