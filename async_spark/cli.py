@@ -5,7 +5,8 @@ Subcommands:
 - ``train``    — SGD / ASGD / SAGA / ASAGA on Spark (the main job; see ``async-spark train -h``);
 - ``momentum`` — the stochastic momentum reproduction (rates, invariant covariance, W2);
 - ``hylo``     — HyLo natural gradient on a reference deep model (PyTorch);
-- ``plot``     — figures of run directories (objective vs time and updates, staleness).
+- ``plot``     — figures of run directories (objective vs time and updates, staleness);
+- ``emulate``  — the same training on P emulated workers in virtual time (a cluster emulator).
 
 Bad input or options end with exit code 2 and one line on stderr naming the file and line or
 the option and its allowed values; ``--debug`` shows the traceback instead.
@@ -173,6 +174,14 @@ def build_parser() -> argparse.ArgumentParser:
     from async_spark.plots import add_plot_arguments
 
     add_plot_arguments(plot)
+    from async_spark.emulate_cli import add_emulate_arguments
+
+    add_emulate_arguments(
+        sub.add_parser(
+            "emulate",
+            help="train on P emulated workers in virtual time; --calibrate measures the cost model",
+        )
+    )
     hylo = sub.add_parser("hylo", help="HyLo natural gradient on a reference model (PyTorch)")
     from async_spark.hylo.cli_args import add_arguments as add_hylo_arguments
 
@@ -381,7 +390,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    handlers = {"train": run_train, "momentum": run_momentum, "hylo": run_hylo, "plot": run_plot}
+    from async_spark.emulate_cli import run_emulate
+
+    handlers = {
+        "train": run_train,
+        "momentum": run_momentum,
+        "hylo": run_hylo,
+        "plot": run_plot,
+        "emulate": run_emulate,
+    }
     try:
         return handlers[args.command](args)
     except KeyboardInterrupt:

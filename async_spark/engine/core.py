@@ -82,6 +82,7 @@ class _Block:
         "executor",
         "last_staleness",
         "invalid_in_row",
+        "last_dispatch",
     )
 
     def __init__(self) -> None:
@@ -96,6 +97,7 @@ class _Block:
         self.executor: str | None = None
         self.last_staleness: int | None = None
         self.invalid_in_row = 0
+        self.last_dispatch = -1  # task id of its latest dispatch (-1: never)
 
 
 class SchedulerCore:
@@ -208,7 +210,11 @@ class SchedulerCore:
         """Blocks that get a task now, marked running; the caller must submit every ticket."""
         with self._lock:
             now = self._clock()
-            idle = [i for i, b in enumerate(self._blocks) if b.status is BlockStatus.IDLE]
+            # Least recently dispatched first, so no block starves when slots are fewer than blocks.
+            idle = sorted(
+                (i for i, b in enumerate(self._blocks) if b.status is BlockStatus.IDLE),
+                key=lambda i: self._blocks[i].last_dispatch,
+            )
             retry_due = [
                 i
                 for i, b in enumerate(self._blocks)
@@ -227,7 +233,6 @@ class SchedulerCore:
                 live_mask=live_mask,
                 max_in_flight=self.max_in_flight,
             )
-            # Least-recently-run first, so no block starves when slots are scarce.
             tickets = [self._dispatch(i, retry=True) for i in retries]
             tickets += [self._dispatch(i, retry=False) for i in chosen]
             return tickets
@@ -243,6 +248,7 @@ class SchedulerCore:
         )
         self._next_task_id += 1
         b.tasks += 1
+        b.last_dispatch = ticket.task_id
         b.status = BlockStatus.RUNNING
         b.ticket = ticket
         b.cancel_requested = False

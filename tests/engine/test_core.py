@@ -151,3 +151,14 @@ def test_invalid_results_are_rejected_and_a_repeat_offender_quarantined():
     assert core.live_blocks == 1 and core.counts["rejected"] == 2
     assert core.snapshot()["counts"]["invalid"] == 2
     assert all(t.block == 1 for t in core.next_dispatches())
+
+
+def test_fewer_slots_than_blocks_serve_every_block_in_turn():
+    core = SchedulerCore(5, Policy.asynchronous(), max_in_flight=2)
+    served = []
+    for _ in range(20):
+        for t in core.next_dispatches():
+            served.append(t.block)
+            core.complete(t.task_id, TaskStatus.OK)
+    assert sorted(set(served)) == [0, 1, 2, 3, 4]
+    assert max(served.count(b) for b in range(5)) - min(served.count(b) for b in range(5)) <= 1
