@@ -270,9 +270,7 @@ def plot_runs(
     runs = [load_run(p, None if labels is None else labels[i]) for i, p in enumerate(run_dirs)]
     _unique_labels(runs)
 
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
+    # A bare Figure draws without pyplot, so a notebook's backend is left as it is.
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(12, 8.5), constrained_layout=True)

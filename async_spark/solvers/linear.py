@@ -262,7 +262,9 @@ def train_linear(
         else:
             gamma = float(config.step)
         step_rule_name = config.step_rule or ("sqrt" if rule_name == "sgd" else "constant")
-        step_rule = make_step_rule(step_rule_name, gamma, num_blocks=P)
+        # gamma / sqrt(k/P + 1) for one result per update; a synchronous update is a whole round,
+        # so its rule is ASYNC's gamma / sqrt(k + 1).
+        step_rule = make_step_rule(step_rule_name, gamma, num_blocks=1 if config.synchronous else P)
         make_rule = sgd if rule_name == "sgd" else saga
         rule = make_rule(
             model, n=n, num_blocks=P, batch_fraction=config.batch_fraction, step=step_rule
