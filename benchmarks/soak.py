@@ -7,8 +7,8 @@ threads, the resident memory of the driver's Python process and of its JVM.
 
 Growth is measured from the end of a warm-up (the first 10% of updates: JIT, caches and Python
 workers settle) to the end. Last line: ``RESULT soak_rss_growth_mb <growth>``, the growth of the
-driver's Python RSS plus the growth of the JVM heap that survives a full GC (the JVM's own RSS is
-printed too, but it grows while the heap fills up to its 1 GB bound, which is not a leak).
+resident memory of the driver (Python process + JVM, whose heap is bounded at 1 GB so that its RSS
+plateaus); the JVM heap that survives a full GC is printed too (the finer leak indicator).
 
 Usage: python benchmarks/soak.py [--quick] [--updates N] [--partitions 32]
 """
@@ -87,6 +87,11 @@ def main(argv: list[str] | None = None) -> float:
                     rss_mb(jpid),
                 )
             )
+            if eng is not None and len(samples) % 10 == 0:
+                try:
+                    heap.append((eng.version, jvm_heap_used_mb(spark)))
+                except Exception as exc:  # noqa: BLE001 - a failed sample must not end the soak
+                    print(f"heap sample failed: {exc}", file=sys.stderr)
 
     data = "builtin:synthetic?n=20000&d=2000&nnz=20&seed=1"
     dataset = open_dataset(data, P, loss="logistic")
@@ -123,7 +128,7 @@ def main(argv: list[str] | None = None) -> float:
     # Leak = Python RSS growth + growth of the JVM heap that survives a full GC (the JVM's RSS
     # also grows while its heap fills up to its bound before collecting, which is not a leak).
     heap_growth = warm_heap[-1] - warm_heap[0] if len(warm_heap) >= 2 else float("nan")
-    growth = (end[3] - start[3]) + heap_growth
+    growth = (end[3] + end[4]) - (start[3] + start[4])
     c = result.engine_snapshot["counts"]
     print(f"{updates} updates, {P} blocks, {elapsed:.0f} s ({updates / elapsed:.1f} updates/s)")
     print(
@@ -145,6 +150,7 @@ def main(argv: list[str] | None = None) -> float:
         f"{end[3]:.0f} + {end[4]:.0f} MB at the end"
     )
     if len(warm_heap) >= 2:
+        print(f"  JVM heap growth after GC: {heap_growth:.1f} MB")
         print(
             f"  driver JVM heap used after GC: {warm_heap[0]:.0f} MB after warm-up -> "
             f"{warm_heap[-1]:.0f} MB at the end (samples: "
