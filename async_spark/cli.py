@@ -186,6 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
     from async_spark.hylo.cli_args import add_arguments as add_hylo_arguments
 
     add_hylo_arguments(hylo)
+    from async_spark.gpu.cli import add_spark_hylo_arguments
+
+    add_spark_hylo_arguments(hylo)  # --spark: the same training as a Spark barrier stage
     hylo.add_argument("--debug", action="store_true")
     return parser
 
@@ -372,6 +375,10 @@ def run_momentum(args: argparse.Namespace) -> int:
 
 
 def run_hylo(args: argparse.Namespace) -> int:
+    if getattr(args, "spark", False):
+        from async_spark.gpu.cli import run_spark_hylo
+
+        return run_spark_hylo(args)
     from async_spark.hylo.cli_args import config_from_args
     from async_spark.hylo.train import train
 
