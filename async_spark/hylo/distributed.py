@@ -52,6 +52,9 @@ def _entry(
     )
     try:
         fn(rank, world_size, *args)
+        # Every rank is done before rank 0, which hosts the rendezvous store, tears down: a
+        # rank still talking to a store that is gone aborts at exit (seen as SIGABRT).
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
