@@ -223,9 +223,10 @@ def test_resumed_asynchronous_run_ends_within_the_run_to_run_spread(tmp_path, ca
         )
         return train_linear(cfg, dataset=cancer, resume=resume).final_objective
 
-    spread = [final(tmp_path / f"u{i}", 120) for i in range(3)]
+    runs = np.array([final(tmp_path / f"u{i}", 120) for i in range(5)])
     final(tmp_path / "cut", 60)
     resumed = final(tmp_path / "cut", 120, resume=load_latest(tmp_path / "cut"))
-    lo, hi = min(spread), max(spread)
-    margin = max(hi - lo, 1e-3 * hi)
-    assert lo - margin <= resumed <= hi + margin, (resumed, spread)
+    # Run-to-run spread of uninterrupted runs: three standard deviations (thread timing makes
+    # asynchronous runs differ), at least 2% of the objective.
+    tolerance = max(3 * runs.std(ddof=1), 0.02 * runs.mean())
+    assert abs(resumed - runs.mean()) <= tolerance, (resumed, runs)
