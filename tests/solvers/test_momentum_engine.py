@@ -86,7 +86,7 @@ def test_staleness_damping_stabilizes_asynchronous_heavy_ball():
     plain, stale, info = run(0.0)
     damped, _, _ = run(2.0)
     assert info["kappa"] > 100 and stale > 3  # 8 blocks in flight: staleness about 7
-    assert plain > 1.0  # tuned heavy ball with stale gradients oscillates away
+    assert plain > 0.3  # tuned heavy ball with stale gradients oscillates far from 0.0996
     assert damped < 0.11  # damped by staleness it converges (optimum 0.0996)
 
 
