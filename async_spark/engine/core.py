@@ -195,10 +195,6 @@ class SchedulerCore:
         with self._lock:
             return [b.tasks for b in self._blocks]
 
-    def running_tickets(self) -> list[TaskTicket]:
-        with self._lock:
-            return [b.ticket for b in self._blocks if b.ticket is not None]
-
     def next_retry_due(self) -> float | None:
         """Clock time of the earliest pending retry, or None."""
         with self._lock:

@@ -280,10 +280,11 @@ class AsyncEngine:
                     )
                 time.sleep(max(0.0, min(1.0, due - self._clock())))
                 continue
+            poll = self._poll_interval()
             try:
-                outcome = self.transport.outcomes.get(timeout=self._poll_interval())
+                outcome = self.transport.outcomes.get(timeout=poll)
             except queue.Empty:
-                waited += self._poll_interval()
+                waited += poll
                 self._maybe_progress()
                 if waited > idle_timeout:
                     raise EngineError(

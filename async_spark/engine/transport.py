@@ -13,7 +13,7 @@ import time
 import traceback
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from .core import TaskStatus, TaskTicket
 from .history import InlinePublisher, Publisher
@@ -175,16 +175,3 @@ class LocalTransport(_ThreadPoolTransport):
 
     def _execute(self, ticket: TaskTicket, call: TaskCall) -> list[TaskReport]:
         return call(iter([ticket.block]))
-
-
-def describe_outcome(outcome: Outcome) -> dict[str, Any]:
-    """JSON-friendly summary of an outcome (for logs)."""
-    t = outcome.ticket
-    return {
-        "block": t.block,
-        "version": t.version,
-        "task_id": t.task_id,
-        "status": outcome.status.value,
-        "seconds": outcome.seconds,
-        "error": outcome.error,
-    }
