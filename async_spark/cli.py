@@ -15,6 +15,7 @@ the option and its allowed values; ``--debug`` shows the traceback instead.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import signal
@@ -152,7 +153,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="continue the run saved in DIR/checkpoints (its configuration; outputs into DIR)",
     )
-    p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_spark_arguments(p)
 
 
@@ -163,6 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
         "train", help="train a linear model with (a)synchronous SGD/SAGA on Spark"
     )
     add_train_arguments(train)
+    from async_spark.tracking_cli import add_tracking_arguments
+
+    add_tracking_arguments(train)
     mom = sub.add_parser("momentum", help="reproduce the stochastic momentum theory")
     mom.add_argument("--out", default=None, help="folder for figures.json and plots")
     mom.add_argument("--quick", action="store_true")
@@ -189,6 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     from async_spark.gpu.cli import add_spark_hylo_arguments
 
     add_spark_hylo_arguments(hylo)  # --spark: the same training as a Spark barrier stage
+    add_tracking_arguments(hylo)
     hylo.add_argument("--debug", action="store_true")
     return parser
 
@@ -301,29 +306,50 @@ def run_train(args: argparse.Namespace) -> int:
         check_compatible(resume, dataset[1], build_model(first, dataset[1]).num_params)
     from pyspark.sql import SparkSession
 
+    from async_spark.solvers.tracking import log_linear_result
+    from async_spark.tracking_cli import finish, open_run
+
+    # MLflow runs are opened before Spark starts: a missing package or server fails first.
+    tracked = [
+        open_run(args, cfg.method, {"async_spark.command": "train", "method": cfg.method})
+        for cfg in configs
+    ]
     owned = SparkSession.getActiveSession() is None  # a notebook's or test's session stays up
-    spark = build_session(args.master, app_name="async-spark train", conf=args.conf)
     rows = []
     results: list[Any] = []
     stop = threading.Event()
     received: list[int] = []
     previous = _install_stop_handlers(stop, received)
+    status = "FAILED"
     try:
-        for cfg in configs:
-            if stop.is_set():
-                break
-            result = train_linear(cfg, spark=spark, dataset=dataset, resume=resume, stop=stop)
-            if not cfg.quiet:
-                sys.stderr.write("\n")
-            if cfg.out is not None:
-                write_run(result, cfg.out)
-            rows.append(result.summary())
-            results.append(result)
+        spark = build_session(args.master, app_name="async-spark train", conf=args.conf)
+        try:
+            for cfg, run in zip(configs, tracked, strict=True):
+                if stop.is_set():
+                    break
+                result = train_linear(cfg, spark=spark, dataset=dataset, resume=resume, stop=stop)
+                if cfg.out is not None:
+                    write_run(result, cfg.out)
+                rows.append(result.summary())
+                results.append(result)
+                finish(
+                    run,
+                    functools.partial(log_linear_result, result=result, out_dir=cfg.out),
+                    "KILLED" if result.stopped_by == "interrupted" else "FINISHED",
+                )
+            status = "KILLED"  # runs never started (stopped by a signal)
+        finally:
+            if owned:
+                spark.stop()
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
-        if owned:
-            spark.stop()
+        for run in tracked:
+            if run is not None and not run.ended:
+                finish(run, None, status)
     _print_table(rows)
     if len(results) == 2:
         _print_common_target(*results)
@@ -375,6 +401,29 @@ def run_momentum(args: argparse.Namespace) -> int:
 
 
 def run_hylo(args: argparse.Namespace) -> int:
+    from async_spark.tracking_cli import finish, log_hylo_run, open_run
+
+    run = open_run(args, f"hylo-{args.optimizer}", {"async_spark.command": "hylo"})
+    scratch = None
+    if run is not None and not args.out:  # MLflow keeps the outputs: write them somewhere
+        import tempfile
+
+        scratch = tempfile.TemporaryDirectory(prefix="async-spark-hylo-")
+        args.out = scratch.name
+    try:
+        try:
+            code = _train_hylo(args)
+        except BaseException as exc:
+            finish(run, None, "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
+            raise
+        finish(run, functools.partial(log_hylo_run, out_dir=args.out))
+        return code
+    finally:
+        if scratch is not None:
+            scratch.cleanup()
+
+
+def _train_hylo(args: argparse.Namespace) -> int:
     if getattr(args, "spark", False):
         from async_spark.gpu.cli import run_spark_hylo
 
@@ -415,8 +464,11 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, "debug", False):
             raise
         from async_spark.engine.session import JavaNotFoundError
+        from async_spark.reporting.tracking import TrackingError
 
-        usage = isinstance(exc, ValueError | OSError | ImportError | JavaNotFoundError)
+        usage = isinstance(
+            exc, ValueError | OSError | ImportError | JavaNotFoundError | TrackingError
+        )
         message = " ".join(str(exc).split()) or type(exc).__name__
         kind = "error" if usage else f"failed ({type(exc).__name__})"
         print(f"async-spark {args.command}: {kind}: {message}", file=sys.stderr)

@@ -188,8 +188,6 @@ def run_emulate(args: argparse.Namespace) -> int:
     results: list[Any] = []
     for cfg in configs:
         result = train_linear(cfg, dataset=dataset, engine_factory=virtual_engine_factory(cost))
-        if not cfg.quiet:
-            sys.stderr.write("\n")
         summary = result.summary()
         summary["emulator"] = result.engine_snapshot.get("emulator", {})
         summary["time_unit"] = "virtual seconds"

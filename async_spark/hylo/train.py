@@ -342,7 +342,7 @@ def _run(rank: int, world: int, params: dict[str, Any]) -> dict[str, Any]:
                 loss.backward()
                 if precond is not None:
                     precond.step()
-            if not math.isfinite(float(loss)):
+            if not math.isfinite(float(loss.detach())):
                 diverged = True
                 break
             opt.step()

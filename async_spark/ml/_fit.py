@@ -27,6 +27,7 @@ import dataclasses
 import os
 import shutil
 import tempfile
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +68,7 @@ class FitOutput:
     weights: np.ndarray  # (K, d), K = 1 except for multinomial
     intercepts: np.ndarray  # (K,)
     summary: AsyncTrainingSummary
+    result: TrainResult
 
 
 def _check_columns(dataset: Any, features: str, label: str | None) -> None:
@@ -199,7 +201,7 @@ def _train_config(params: _AsyncLinearParams, loss: str, partitions: int, data: 
         max_updates=params.getMaxUpdates(),
         time_budget=None if budget == 0.0 else budget,
         eval_every=params.getEvalEvery(),
-        quiet=True,
+        quiet=not params.getShowProgress(),
     )
 
 
@@ -222,6 +224,64 @@ def fit_linear(
         From :func:`label_stats` on the same DataFrame.
     """
     params._check_combinations()
+    run = None
+    if params.getMlflowTracking():  # before any work: a missing package or server fails first
+        from async_spark.reporting.tracking import MlflowRun
+
+        run = MlflowRun(
+            f"{type(params).__name__}-{params.getMethod()}",
+            tags={"async_spark.estimator": type(params).__name__},
+        )
+    try:
+        out = _fit_staged(params, dataset, loss=loss, num_classes=num_classes, stats=stats)
+    except BaseException as exc:
+        if run is not None:
+            run.end("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
+        raise
+    if run is not None:
+        _log_fit(run, params, out)
+    return out
+
+
+def _log_fit(run: Any, params: _AsyncLinearParams, out: FitOutput) -> None:
+    """The fit's MLflow run; a logging failure is a warning (the fitted model is not lost)."""
+    from async_spark.solvers.outputs import _json_bytes, _jsonl_bytes, atomic_write
+    from async_spark.solvers.tracking import log_linear_result
+
+    result = out.result
+
+    def write_artifacts(folder: str) -> None:
+        atomic_write(
+            os.path.join(folder, "model.npz"),
+            lambda fh: np.savez(fh, coefficients=out.weights, intercept=out.intercepts),
+        )
+        atomic_write(
+            os.path.join(folder, "summary.json"), lambda fh: fh.write(_json_bytes(result.summary()))
+        )
+        atomic_write(
+            os.path.join(folder, "trace.jsonl"), lambda fh: fh.write(_jsonl_bytes(result.trace))
+        )
+
+    estimator = {f"estimator.{p.name}": v for p, v in params.extractParamMap().items()}
+    try:
+        log_linear_result(run, result, write_artifacts=write_artifacts, extra_params=estimator)
+        run.end("FINISHED")
+    except Exception as exc:
+        warnings.warn(f"MLflow logging of run {run.run_id} failed: {exc}", stacklevel=3)
+        try:
+            run.end("FAILED")
+        except Exception:  # the server is gone: nothing more to tell it
+            pass
+
+
+def _fit_staged(
+    params: _AsyncLinearParams,
+    dataset: Any,
+    *,
+    loss: str,
+    num_classes: int | None,
+    stats: LabelStats,
+) -> FitOutput:
     spark = dataset.sparkSession
     features, label = params.getFeaturesCol(), params.getLabelCol()
     n, d = stats.n, stats.d
@@ -279,7 +339,7 @@ def fit_linear(
         shutil.rmtree(tmp, ignore_errors=True)
 
     W, b = _original_scale(result, source)
-    return FitOutput(W, b, AsyncTrainingSummary.from_result(result))
+    return FitOutput(W, b, AsyncTrainingSummary.from_result(result), result)
 
 
 def _original_scale(result: TrainResult, source: Any) -> tuple[np.ndarray, np.ndarray]:

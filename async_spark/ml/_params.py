@@ -240,6 +240,21 @@ class _AsyncLinearParams(_PredictorParams):
         typeConverter=_string,
     )
 
+    showProgress: Param[bool] = Param(
+        Params._dummy(),
+        "showProgress",
+        "draw a progress bar while fitting (tqdm: a widget in a notebook, text on stderr).",
+        typeConverter=TypeConverters.toBoolean,
+    )
+    mlflowTracking: Param[bool] = Param(
+        Params._dummy(),
+        "mlflowTracking",
+        "log each fit as an MLflow run (nested under the active run, if any): Params, the "
+        "objective over updates, the summary's figures, and the coefficients as model.npz; "
+        "needs pip install 'async-spark[tracking]'.",
+        typeConverter=TypeConverters.toBoolean,
+    )
+
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
         self._setDefault(
@@ -259,6 +274,8 @@ class _AsyncLinearParams(_PredictorParams):
             seed=0,
             evalEvery=0.5,
             stagingDir="",
+            showProgress=False,
+            mlflowTracking=False,
         )
 
     # getters (pyspark.ml style) ---------------------------------------------------------------
@@ -310,6 +327,12 @@ class _AsyncLinearParams(_PredictorParams):
 
     def getStagingDir(self) -> str:
         return self.getOrDefault(self.stagingDir)
+
+    def getShowProgress(self) -> bool:
+        return self.getOrDefault(self.showProgress)
+
+    def getMlflowTracking(self) -> bool:
+        return self.getOrDefault(self.mlflowTracking)
 
     def _check_combinations(self) -> None:
         """Cross-Param rules, checked when fit() starts (one ValueError naming the Params)."""
@@ -382,3 +405,9 @@ class _HasSetters(Params):
 
     def setStagingDir(self, value: str) -> Any:
         return self._set(stagingDir=value)
+
+    def setShowProgress(self, value: bool) -> Any:
+        return self._set(showProgress=value)
+
+    def setMlflowTracking(self, value: bool) -> Any:
+        return self._set(mlflowTracking=value)

@@ -341,6 +341,8 @@ class AsyncLogisticRegression(
         seed: int = 0,
         evalEvery: float = 0.5,
         stagingDir: str = "",
+        showProgress: bool = False,
+        mlflowTracking: bool = False,
     ) -> None:
         super().__init__()
         self._set(**self._input_kwargs)
@@ -373,6 +375,8 @@ class AsyncLogisticRegression(
         seed: int = 0,
         evalEvery: float = 0.5,
         stagingDir: str = "",
+        showProgress: bool = False,
+        mlflowTracking: bool = False,
     ) -> AsyncLogisticRegression:
         """Set the given Params (keyword arguments only)."""
         return self._set(**self._input_kwargs)

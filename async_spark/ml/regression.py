@@ -136,6 +136,8 @@ class AsyncLinearRegression(
         seed: int = 0,
         evalEvery: float = 0.5,
         stagingDir: str = "",
+        showProgress: bool = False,
+        mlflowTracking: bool = False,
     ) -> None:
         super().__init__()
         self._set(**self._input_kwargs)
@@ -163,6 +165,8 @@ class AsyncLinearRegression(
         seed: int = 0,
         evalEvery: float = 0.5,
         stagingDir: str = "",
+        showProgress: bool = False,
+        mlflowTracking: bool = False,
     ) -> AsyncLinearRegression:
         """Set the given Params (keyword arguments only)."""
         return self._set(**self._input_kwargs)

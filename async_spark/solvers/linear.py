@@ -39,6 +39,7 @@ from async_spark.models.linear import LinearModel, init_params
 from async_spark.optim.saga import SAGAMessage, combine_saga_messages, saga
 from async_spark.optim.sgd import SGDMessage, combine_sgd_messages, sample_rows, sgd
 from async_spark.optim.steps import auto_step, make_step_rule
+from async_spark.reporting.progress import TrainingProgress
 
 from .checkpoint import Checkpoint, check_compatible, save_checkpoint, state_from_parts
 from .config import MOMENTUM_METHODS, TrainConfig
@@ -193,6 +194,7 @@ def train_linear(
     engine_factory: Any = None,
     resume: Checkpoint | None = None,
     stop: threading.Event | None = None,
+    progress: bool | None = None,
 ) -> TrainResult:
     """Run one training job.
 
@@ -216,6 +218,9 @@ def train_linear(
         Set it (e.g. from a signal handler) to end the run cleanly after the current update:
         in-flight tasks are cancelled, a final checkpoint is written, ``stopped_by`` is
         ``"interrupted"``.
+    progress : bool, optional
+        A progress bar (tqdm; a widget in a notebook) on stderr; default: unless
+        ``config.quiet``.
     """
     config.validate()
     if dataset is None:
@@ -326,7 +331,7 @@ def train_linear(
         straggler_base_seconds=config.straggler_base,
         max_retries=config.max_retries,
         run_name=run_name,
-        progress=not config.quiet,
+        progress=False,  # the bar below shows the engine's figures
         **(
             {}
             if resume is None
@@ -350,6 +355,27 @@ def train_linear(
     last_checkpoint = engine.elapsed()
     early_gnorm = 0.0
     segment_updates = 0
+    bar = (
+        TrainingProgress(
+            run_name,
+            max_updates=config.max_updates,
+            time_budget=config.time_budget,
+            initial_updates=updates,
+            initial_seconds=engine.elapsed(),
+        )
+        if (not config.quiet if progress is None else progress)
+        else None
+    )
+
+    def bar_details() -> dict[str, Any]:
+        hist = engine.core.staleness_histogram
+        total = sum(hist.values())
+        counts = engine.core.counts
+        return {
+            "staleness": f"{sum(k * v for k, v in hist.items()) / total:.1f}" if total else "0",
+            "rejected": counts["rejected"],
+            "failed": counts["failed"],
+        }
 
     def checkpoint() -> None:
         if config.out is None:
@@ -416,6 +442,8 @@ def train_linear(
                         "objective": None,
                     }
                 )
+                if bar is not None:
+                    bar.update(updates, now, bar_details)
                 if now >= next_snapshot:
                     snapshots.append((now, engine.version, np.array(iterate(theta, state))))
                     if side_eval is not None:
@@ -467,6 +495,8 @@ def train_linear(
     finally:
         if side_eval is not None:
             side_eval.close()
+        if bar is not None:
+            bar.close(bar_details)
     if not snapshots or snapshots[-1][1] != engine.version:
         snapshots.append((wall, engine.version, np.array(iterate(theta, state))))
 
