@@ -79,19 +79,17 @@ def hylo_rank(
     from async_spark.hylo.comm import TorchCommunicator
     from async_spark.hylo.data import Dataset
     from async_spark.hylo.models import build_model
-    from async_spark.hylo.preconditioner import HyLo
-    from async_spark.hylo.schedules import GeometricDamping, warmup_multistep
     from async_spark.hylo.train import (
-        _DEFAULT_LR,
-        _HYLO,
+        HYLO_METHODS,
         THRESHOLDS,
         TrainConfig,
-        _evaluate,
-        _loss_and_correct,
+        build_optimizers,
+        evaluate,
+        loss_and_correct,
     )
 
     cfg = TrainConfig(**params)
-    if cfg.optimizer not in _HYLO and cfg.optimizer != "sgd":
+    if cfg.optimizer not in HYLO_METHODS and cfg.optimizer != "sgd":
         raise ValueError(f"the Spark stage runs hylo, kis, kid, sngd or sgd, not {cfg.optimizer!r}")
     src = ShardSource(**source)
     rank, world = ctx.rank, ctx.world_size
@@ -129,44 +127,8 @@ def hylo_rank(
             f"rank {rank} has {n_local}"
         )
     ctx.log(f"{n_local} rows, local batch {local}, {steps_per_epoch} steps per epoch")
-    lr = cfg.lr if cfg.lr is not None else _DEFAULT_LR[cfg.optimizer]
-    opt = torch.optim.SGD(
-        model.parameters(), lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
-    )
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt,
-        warmup_multistep(
-            cfg.warmup_epochs * steps_per_epoch,
-            [e * steps_per_epoch for e in cfg.lr_decay_epochs],
-            cfg.lr_decay,
-        ),
-    )
-    damping: float | GeometricDamping = cfg.damping
-    if cfg.damping_target is not None:
-        decay_steps = max(1, (cfg.epochs - cfg.warmup_epochs) * steps_per_epoch)
-        damping = GeometricDamping(
-            start=cfg.damping,
-            target=cfg.damping_target,
-            warmup_steps=cfg.warmup_epochs * steps_per_epoch,
-            decay_updates=max(1, decay_steps // cfg.inv_update_steps),
-            update_every=cfg.inv_update_steps,
-        )
-    precond = None
-    if cfg.optimizer in _HYLO:
-        precond = HyLo(
-            model,
-            method=_HYLO[cfg.optimizer],
-            rank_ratio=cfg.rank_ratio,
-            damping=damping,
-            inv_update_steps=cfg.inv_update_steps,
-            switch="auto" if cfg.kid_epochs is None else "epochs",
-            kid_epochs=[tuple(w) for w in (cfg.kid_epochs or [])],  # type: ignore[misc]
-            switch_threshold=cfg.switch_threshold,
-            communicator=comm,
-            kl_clip=cfg.kl_clip,
-            lr=lambda: float(opt.param_groups[0]["lr"]),
-            seed=cfg.seed,
-        )
+    built = build_optimizers(cfg, model, steps_per_epoch, comm)
+    opt, sched, precond = built.optimizer, built.scheduler, built.preconditioner
     gen = torch.Generator().manual_seed(cfg.seed + 1 + 7919 * rank)
     records: list[dict[str, Any]] = []
     train_seconds = 0.0
@@ -189,7 +151,7 @@ def hylo_rank(
             idx = perm[s * local : (s + 1) * local]
             x, y = x_train[idx].to(device), y_train[idx].to(device)
             opt.zero_grad(set_to_none=True)
-            loss, _, _ = _loss_and_correct(task, model(x), y)
+            loss, _, _ = loss_and_correct(task, model(x), y)
             loss.backward()
             if precond is not None:
                 precond.step()
@@ -217,7 +179,7 @@ def hylo_rank(
             "lr": float(opt.param_groups[0]["lr"]),
         }
         if rank == 0 and test is not None:
-            test_loss, acc = _evaluate(net, test, device, 512)
+            test_loss, acc = evaluate(net, test, device, 512)
             best = max(best, acc)
             for t in THRESHOLDS:
                 if tta[t] is None and acc >= float(t):

@@ -38,13 +38,25 @@ from .data import DATASETS, Dataset, load_dataset
 from .preconditioner import HyLo
 from .schedules import GeometricDamping, warmup_multistep
 
-__all__ = ["TrainConfig", "train", "OPTIMIZERS", "MODELS", "THRESHOLDS"]
+__all__ = [
+    "DEFAULT_LR",
+    "HYLO_METHODS",
+    "MODELS",
+    "OPTIMIZERS",
+    "THRESHOLDS",
+    "Optimizers",
+    "TrainConfig",
+    "build_optimizers",
+    "evaluate",
+    "loss_and_correct",
+    "train",
+]
 
 OPTIMIZERS = ("hylo", "kis", "kid", "sngd", "kfac", "smw", "sgd")
 MODELS = ("cnn1d", "resnet32", "unet")
 THRESHOLDS = ("0.8", "0.85", "0.9")
-_HYLO = {"hylo": "hybrid", "kis": "kis", "kid": "kid", "sngd": "sngd"}
-_DEFAULT_LR = {
+HYLO_METHODS = {"hylo": "hybrid", "kis": "kis", "kid": "kid", "sngd": "sngd"}
+DEFAULT_LR = {
     "sgd": 0.1,
     "hylo": 0.1,
     "kis": 0.1,
@@ -206,7 +218,7 @@ def _run_rank(rank: int, world: int, params: dict[str, Any]) -> None:
     _run(rank, world, params)
 
 
-def _loss_and_correct(task: str, out: Tensor, y: Tensor) -> tuple[Tensor, int, int]:
+def loss_and_correct(task: str, out: Tensor, y: Tensor) -> tuple[Tensor, int, int]:
     if task == "classification":
         loss = F.cross_entropy(out, y)
         return loss, int((out.argmax(1) == y).sum()), y.numel()
@@ -215,7 +227,7 @@ def _loss_and_correct(task: str, out: Tensor, y: Tensor) -> tuple[Tensor, int, i
 
 
 @torch.no_grad()
-def _evaluate(
+def evaluate(
     model: nn.Module, data: Dataset, device: torch.device, batch: int
 ) -> tuple[float, float]:
     was = model.training
@@ -224,12 +236,74 @@ def _evaluate(
     for i in range(0, data.x_test.shape[0], batch):
         x = data.x_test[i : i + batch].to(device)
         y = data.y_test[i : i + batch].to(device)
-        loss, c, k = _loss_and_correct(data.task, model(x), y)
+        loss, c, k = loss_and_correct(data.task, model(x), y)
         total_loss += float(loss) * x.shape[0]
         correct += c
         count += k
     model.train(was)
     return total_loss / data.x_test.shape[0], correct / max(1, count)
+
+
+@dataclass
+class Optimizers:
+    """What one rank steps: torch SGD, its learning-rate schedule, the HyLo preconditioner."""
+
+    optimizer: torch.optim.SGD
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    preconditioner: HyLo | None
+
+
+def build_optimizers(
+    cfg: TrainConfig,
+    model: nn.Module,
+    steps_per_epoch: int,
+    communicator: Any = None,
+) -> Optimizers:
+    """SGD with momentum, the warm-up/decay schedule and, for hylo/kis/kid/sngd, the
+    preconditioner on ``model`` (the DDP wrapper when distributed) with its damping schedule.
+
+    Shared by :func:`train` and the Spark stage (:mod:`async_spark.gpu.hylo_stage`), so both
+    train the same way. The ASDL baselines (kfac, smw) are built by the caller.
+    """
+    lr = cfg.lr if cfg.lr is not None else DEFAULT_LR[cfg.optimizer]
+    opt = torch.optim.SGD(
+        model.parameters(), lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
+    )
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt,
+        warmup_multistep(
+            cfg.warmup_epochs * steps_per_epoch,
+            [e * steps_per_epoch for e in cfg.lr_decay_epochs],
+            cfg.lr_decay,
+        ),
+    )
+    damping: float | GeometricDamping = cfg.damping
+    if cfg.damping_target is not None:
+        decay_steps = max(1, (cfg.epochs - cfg.warmup_epochs) * steps_per_epoch)
+        damping = GeometricDamping(
+            start=cfg.damping,
+            target=cfg.damping_target,
+            warmup_steps=cfg.warmup_epochs * steps_per_epoch,
+            decay_updates=max(1, decay_steps // cfg.inv_update_steps),
+            update_every=cfg.inv_update_steps,
+        )
+    precond: HyLo | None = None
+    if cfg.optimizer in HYLO_METHODS:
+        precond = HyLo(
+            model,
+            method=HYLO_METHODS[cfg.optimizer],
+            rank_ratio=cfg.rank_ratio,
+            damping=damping,
+            inv_update_steps=cfg.inv_update_steps,
+            switch="auto" if cfg.kid_epochs is None else "epochs",
+            kid_epochs=[tuple(w) for w in (cfg.kid_epochs or [])],  # type: ignore[misc]
+            switch_threshold=cfg.switch_threshold,
+            communicator=communicator,
+            kl_clip=cfg.kl_clip,
+            lr=lambda: float(opt.param_groups[0]["lr"]),
+            seed=cfg.seed,
+        )
+    return Optimizers(opt, sched, precond)
 
 
 def _run(rank: int, world: int, params: dict[str, Any]) -> dict[str, Any]:
@@ -254,46 +328,10 @@ def _run(rank: int, world: int, params: dict[str, Any]) -> dict[str, Any]:
         comm = TorchCommunicator()
     n = data.x_train.shape[0]
     steps_per_epoch = max(1, n // cfg.batch_size)  # drop the last partial batch
-    lr = cfg.lr if cfg.lr is not None else _DEFAULT_LR[cfg.optimizer]
-    opt = torch.optim.SGD(
-        model.parameters(), lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
-    )
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt,
-        warmup_multistep(
-            cfg.warmup_epochs * steps_per_epoch,
-            [e * steps_per_epoch for e in cfg.lr_decay_epochs],
-            cfg.lr_decay,
-        ),
-    )
-    damping: float | GeometricDamping = cfg.damping
-    if cfg.damping_target is not None:
-        decay_steps = max(1, (cfg.epochs - cfg.warmup_epochs) * steps_per_epoch)
-        damping = GeometricDamping(
-            start=cfg.damping,
-            target=cfg.damping_target,
-            warmup_steps=cfg.warmup_epochs * steps_per_epoch,
-            decay_updates=max(1, decay_steps // cfg.inv_update_steps),
-            update_every=cfg.inv_update_steps,
-        )
-    precond: HyLo | None = None
+    built = build_optimizers(cfg, model, steps_per_epoch, comm)
+    opt, sched, precond = built.optimizer, built.scheduler, built.preconditioner
     maker: Any = None
-    if cfg.optimizer in _HYLO:
-        precond = HyLo(
-            model,
-            method=_HYLO[cfg.optimizer],
-            rank_ratio=cfg.rank_ratio,
-            damping=damping,
-            inv_update_steps=cfg.inv_update_steps,
-            switch="auto" if cfg.kid_epochs is None else "epochs",
-            kid_epochs=[tuple(w) for w in (cfg.kid_epochs or [])],  # type: ignore[misc]
-            switch_threshold=cfg.switch_threshold,
-            communicator=comm,
-            kl_clip=cfg.kl_clip,
-            lr=lambda: float(opt.param_groups[0]["lr"]),
-            seed=cfg.seed,
-        )
-    elif cfg.optimizer in ("kfac", "smw"):
+    if cfg.optimizer in ("kfac", "smw"):
         maker = _asdl_maker(cfg, net, cfg.batch_size)
 
     local = cfg.batch_size // world
@@ -338,7 +376,7 @@ def _run(rank: int, world: int, params: dict[str, Any]) -> dict[str, Any]:
                     diverged = True
                     break
             else:
-                loss, _, _ = _loss_and_correct(data.task, model(x), y)
+                loss, _, _ = loss_and_correct(data.task, model(x), y)
                 loss.backward()
                 if precond is not None:
                     precond.step()
@@ -347,7 +385,7 @@ def _run(rank: int, world: int, params: dict[str, Any]) -> dict[str, Any]:
                 break
             opt.step()
             sched.step()
-            loss_sum += float(loss)
+            loss_sum += float(loss.detach())
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         epoch_seconds = time.perf_counter() - t0
@@ -357,7 +395,7 @@ def _run(rank: int, world: int, params: dict[str, Any]) -> dict[str, Any]:
         if diverged:
             acc = 0.0
             break
-        test_loss, acc = _evaluate(net, data, device, 512)
+        test_loss, acc = evaluate(net, data, device, 512)
         best = max(best, acc)
         for t in THRESHOLDS:
             if tta[t] is None and acc >= float(t):
