@@ -231,6 +231,7 @@ def fit_linear(
         run = MlflowRun(
             f"{type(params).__name__}-{params.getMethod()}",
             tags={"async_spark.estimator": type(params).__name__},
+            parent_run_id=getattr(params, "_mlflow_parent_run_id", None),
         )
     try:
         out = _fit_staged(params, dataset, loss=loss, num_classes=num_classes, stats=stats)
@@ -241,6 +242,26 @@ def fit_linear(
     if run is not None:
         _log_fit(run, params, out)
     return out
+
+
+def fit_multiple(estimator: Any, dataset: Any, param_maps: Any) -> Any:
+    """``Estimator.fitMultiple`` that carries the caller's MLflow run to the fits.
+
+    ``CrossValidator`` and ``TrainValidationSplit`` call ``fitMultiple`` in the caller's thread
+    and then fit in a thread pool, where MLflow's active run (kept per thread) is not visible: the
+    run active here is recorded on the copies, so their MLflow runs nest under it.
+    """
+    from pyspark.ml.base import _FitMultipleIterator
+
+    from async_spark.reporting.tracking import active_run_id
+
+    base = estimator.copy()
+    base._mlflow_parent_run_id = active_run_id()
+
+    def fit_single(index: int) -> Any:
+        return base.fit(dataset, param_maps[index])
+
+    return _FitMultipleIterator(fit_single, len(param_maps))
 
 
 def _log_fit(run: Any, params: _AsyncLinearParams, out: FitOutput) -> None:

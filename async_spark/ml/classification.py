@@ -36,7 +36,7 @@ from pyspark.ml.param import Param, Params
 from pyspark.ml.util import DefaultParamsReadable, DefaultParamsWritable, MLReadable, MLWritable
 from scipy.special import expit, softmax
 
-from ._fit import classes_for, fit_linear, label_stats
+from ._fit import classes_for, fit_linear, fit_multiple, label_stats
 from ._io import LinearModelReader, LinearModelWriter
 from ._params import ParamValueError, _AsyncLinearParams, _float_in, _HasSetters, _one_of
 from .summary import AsyncTrainingSummary
@@ -386,6 +386,10 @@ class AsyncLogisticRegression(
 
     def setThreshold(self, value: float) -> AsyncLogisticRegression:
         return self._set(threshold=value)
+
+    def fitMultiple(self, dataset: Any, paramMaps: Any) -> Any:
+        """As pyspark.ml's, and the fits' MLflow runs nest under the caller's active run."""
+        return fit_multiple(self, dataset, paramMaps)
 
     def _fit(self, dataset: Any) -> AsyncLogisticRegressionModel:
         self._check_combinations()

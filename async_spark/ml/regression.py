@@ -20,7 +20,7 @@ from pyspark.ml.base import PredictionModel, Predictor
 from pyspark.ml.linalg import DenseVector, Vector
 from pyspark.ml.util import DefaultParamsReadable, DefaultParamsWritable, MLReadable, MLWritable
 
-from ._fit import _check_columns, fit_linear, label_stats
+from ._fit import _check_columns, fit_linear, fit_multiple, label_stats
 from ._io import LinearModelReader, LinearModelWriter
 from ._params import _AsyncLinearParams, _HasSetters
 from .classification import _margins
@@ -170,6 +170,10 @@ class AsyncLinearRegression(
     ) -> AsyncLinearRegression:
         """Set the given Params (keyword arguments only)."""
         return self._set(**self._input_kwargs)
+
+    def fitMultiple(self, dataset: Any, paramMaps: Any) -> Any:
+        """As pyspark.ml's, and the fits' MLflow runs nest under the caller's active run."""
+        return fit_multiple(self, dataset, paramMaps)
 
     def _fit(self, dataset: Any) -> AsyncLinearRegressionModel:
         self._check_combinations()

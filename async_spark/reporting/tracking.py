@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["MlflowRun", "TrackingError", "require_mlflow", "flatten_params"]
+__all__ = ["MlflowRun", "TrackingError", "active_run_id", "require_mlflow", "flatten_params"]
 
 DEFAULT_EXPERIMENT = "async-spark"
 MAX_PARAM_LENGTH = 500  # MLflow's limit for a parameter value on older servers
@@ -45,6 +45,16 @@ def require_mlflow() -> Any:
     except ImportError as exc:
         raise ImportError(INSTALL_HINT) from exc
     return mlflow
+
+
+def active_run_id() -> str | None:
+    """The MLflow run active in this thread, or None (also when mlflow is not installed)."""
+    try:
+        import mlflow
+    except ImportError:
+        return None
+    run = mlflow.active_run()
+    return None if run is None else run.info.run_id
 
 
 def flatten_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -80,6 +90,9 @@ class MlflowRun:
         Experiment name (created if missing).
     tracking_uri : str, optional
     tags : mapping, optional
+    parent_run_id : str, optional
+        Nest under this run (and log into its experiment); the active run of the calling
+        thread, if any, takes precedence.
     """
 
     def __init__(
@@ -89,6 +102,7 @@ class MlflowRun:
         experiment: str | None = None,
         tracking_uri: str | None = None,
         tags: Mapping[str, str] | None = None,
+        parent_run_id: str | None = None,
     ) -> None:
         mlflow = require_mlflow()
         from mlflow.entities import Metric, Param
@@ -98,14 +112,16 @@ class MlflowRun:
         uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or mlflow.get_tracking_uri()
         name = experiment or os.environ.get("MLFLOW_EXPERIMENT_NAME") or DEFAULT_EXPERIMENT
         all_tags = {"mlflow.runName": run_name, "mlflow.source.name": "async-spark"}
-        parent = mlflow.active_run()
-        if parent is not None:  # the caller's run (a notebook cell) is our parent
-            all_tags["mlflow.parentRunId"] = parent.info.run_id
+        active = mlflow.active_run()
+        if active is not None:  # the caller's run (a notebook cell) is our parent
+            parent_run_id = active.info.run_id
+        if parent_run_id is not None:
+            all_tags["mlflow.parentRunId"] = parent_run_id
         all_tags.update(tags or {})
         try:
             self.client = MlflowClient(tracking_uri=uri)
-            if parent is not None:
-                experiment_id = parent.info.experiment_id
+            if parent_run_id is not None:
+                experiment_id = self.client.get_run(parent_run_id).info.experiment_id
             else:
                 found = self.client.get_experiment_by_name(name)
                 experiment_id = (

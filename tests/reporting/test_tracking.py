@@ -161,19 +161,25 @@ def test_hylo_cli_logs_epochs_and_model(store, capsys):
     assert {"model.pt", "summary.json", "metrics.jsonl"} <= names
 
 
-@pytest.mark.spark
-def test_estimator_fit_logs_a_run_with_the_coefficients(spark, store, tmp_path, capsys):
+def _regression_frame(spark):
     import numpy as np
     from pyspark.ml.linalg import Vectors
-
-    from async_spark.ml import AsyncLinearRegression
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(200, 3))
     y = X @ np.array([1.0, -2.0, 0.5]) + 0.3
-    df = spark.createDataFrame(
+    return spark.createDataFrame(
         [(Vectors.dense(x), float(t)) for x, t in zip(X, y, strict=True)], ["features", "label"]
     )
+
+
+@pytest.mark.spark
+def test_estimator_fit_logs_a_run_with_the_coefficients(spark, store, tmp_path, capsys):
+    import numpy as np
+
+    from async_spark.ml import AsyncLinearRegression
+
+    df = _regression_frame(spark)
     est = AsyncLinearRegression(
         method="saga", stepSize=0.1, maxUpdates=40, numPartitions=2, evalEvery=0.05
     )
@@ -189,3 +195,34 @@ def test_estimator_fit_logs_a_run_with_the_coefficients(spark, store, tmp_path, 
     with np.load(folder, allow_pickle=False) as z:
         np.testing.assert_allclose(z["coefficients"][0], model.coefficients.toArray())
         np.testing.assert_allclose(z["intercept"][0], model.intercept)
+
+
+@pytest.mark.spark
+def test_cross_validator_fits_nest_under_the_callers_run(spark, store):
+    from pyspark.ml.evaluation import RegressionEvaluator
+    from pyspark.ml.tuning import CrossValidator, ParamGridBuilder
+
+    from async_spark.ml import AsyncLinearRegression
+
+    df = _regression_frame(spark)
+    est = AsyncLinearRegression(
+        method="saga", stepSize=0.1, maxUpdates=10, numPartitions=2, mlflowTracking=True
+    )
+    grid = ParamGridBuilder().addGrid(est.regParam, [0.0, 0.1]).build()
+    cv = CrossValidator(
+        estimator=est,
+        estimatorParamMaps=grid,
+        evaluator=RegressionEvaluator(),
+        numFolds=2,
+        parallelism=2,
+        seed=0,
+    )
+    mlflow.set_tracking_uri(store.tracking_uri)
+    mlflow.set_experiment("cv")
+    with mlflow.start_run(run_name="cv") as parent:
+        cv.fit(df)
+    runs = [r for r in _runs(store, "cv") if r.info.run_id != parent.info.run_id]
+    assert len(runs) == 2 * 2 + 1  # folds x grid, then the best model on all the data
+    assert {r.data.tags.get("mlflow.parentRunId") for r in runs} == {parent.info.run_id}
+    assert {r.data.params["estimator.regParam"] for r in runs} == {"0.0", "0.1"}
+    assert all(r.info.status == "FINISHED" for r in runs)
