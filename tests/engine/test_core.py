@@ -162,3 +162,37 @@ def test_fewer_slots_than_blocks_serve_every_block_in_turn():
             core.complete(t.task_id, TaskStatus.OK)
     assert sorted(set(served)) == [0, 1, 2, 3, 4]
     assert max(served.count(b) for b in range(5)) - min(served.count(b) for b in range(5)) <= 1
+
+
+@pytest.mark.parametrize("policy", ["async", "sync", "tau:2", "ssp:1", "barrier:0.5"])
+def test_incremental_block_sets_match_a_full_scan(policy):
+    """The idle/failed sets and the live count, kept in step with every status change, equal
+    what a scan of the blocks finds, through random outcomes (OK, invalid, cancelled, failed)."""
+    from async_spark.engine import parse_policy
+
+    now = [0.0]
+    core = SchedulerCore(
+        8, parse_policy(policy), max_retries=2, backoff=0.1, max_invalid=2, clock=lambda: now[0]
+    )
+    rng = np.random.default_rng(1)
+    running: list = []
+    for _ in range(400):
+        running += core.next_dispatches()
+        if running and rng.random() < 0.8:
+            t = running.pop(int(rng.integers(len(running))))
+            kind = rng.choice(["ok", "ok", "ok", "invalid", "cancelled", "failed"])
+            status = {"cancelled": TaskStatus.CANCELLED, "failed": TaskStatus.FAILED}.get(
+                str(kind), TaskStatus.OK
+            )
+            if core.complete(t.task_id, status, valid=kind != "invalid").accepted:
+                core.advance()
+        now[0] += float(rng.random()) * 0.2
+        statuses = [core.status(i) for i in range(8)]
+        assert core._idle == {i for i, s in enumerate(statuses) if s is BlockStatus.IDLE}
+        assert core._failed == {i for i, s in enumerate(statuses) if s is BlockStatus.FAILED}
+        given_up = {BlockStatus.DEAD, BlockStatus.QUARANTINED}
+        assert core.live_blocks == sum(s not in given_up for s in statuses)
+        assert core.in_flight == sum(s is BlockStatus.RUNNING for s in statuses)
+        if core.live_blocks == 0:
+            break
+    assert core.counts["dispatched"] > 50
