@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,7 +40,7 @@ from .assignment import contiguous_assignment, greedy_assignment, inverse_cost
 from .comm import Communicator, LocalCommunicator
 from .schedules import EpochWindowRule, GradNormChangeRule, SwitchRule
 
-__all__ = ["HyLo", "METHODS", "supported_layer"]
+__all__ = ["HyLo", "METHODS", "kl_clip_scale", "supported_layer"]
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +91,15 @@ class _Layer:
     def bias(self) -> Tensor | None:
         b = getattr(self.module, "bias", None)
         return b if isinstance(b, Tensor) else None
+
+
+def kl_clip_scale(pairs: Iterable[tuple[Tensor, Tensor]], lr: float, kl_clip: float) -> float:
+    """KAISA/K-FAC's KL clipping factor ``min(1, sqrt(kl_clip / (lr^2 sum <d, g>)))`` over
+    (preconditioned direction, raw gradient) pairs; 1 when the sum is not positive and finite."""
+    vg = sum(float((d * g).sum()) for d, g in pairs) * lr * lr
+    if vg <= 0 or not math.isfinite(vg):
+        return 1.0
+    return min(1.0, math.sqrt(kl_clip / vg))
 
 
 class HyLo:
@@ -442,15 +451,12 @@ class HyLo:
             return 1.0
         assert self.lr is not None
         lr = float(self.lr()) if callable(self.lr) else float(self.lr)
-        vg = 0.0
+        pairs = []
         for k, d in directions.items():
             g = grads[k]
             assert g is not None
-            vg += float((d * g).sum())
-        vg *= lr * lr
-        if vg <= 0 or not math.isfinite(vg):
-            return 1.0
-        return min(1.0, math.sqrt(self.kl_clip / vg))
+            pairs.append((d, g))
+        return kl_clip_scale(pairs, lr, self.kl_clip)
 
     # --------------------------------------------------------------------- inverse update
     def _choose(self, layer: _Layer) -> str:

@@ -13,7 +13,8 @@ Writes into ``config.out`` (when given):
 Optimizers: ``sgd`` (torch SGD with momentum), ``hylo`` (hybrid), ``kis``, ``kid``, ``sngd`` (the
 HyLo preconditioner, then SGD with momentum), and the third-party baselines ``kfac`` and ``smw``
 from ASDL (``asdfghjkl``: K-FAC with the empirical Fisher and the SMW empirical natural gradient),
-also followed by SGD with momentum.  ``workers > 1`` starts that many torch processes on this
+also followed by SGD with momentum; K-FAC gets HyLo's KL clipping (``kl_clip``, as KAISA clips
+K-FAC), SMW-NGD, which preconditions inside its backward pass, runs unclipped.  ``workers > 1`` starts that many torch processes on this
 machine (gloo on CPU, NCCL on CUDA): each takes a contiguous slice of every global batch, DDP
 averages the gradients and HyLo distributes its inverses (HyLo and SGD only).
 """
@@ -25,7 +26,7 @@ import math
 import os
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -35,7 +36,7 @@ from torch import Tensor, nn
 
 from .comm import TorchCommunicator
 from .data import DATASETS, Dataset, load_dataset
-from .preconditioner import HyLo
+from .preconditioner import HyLo, kl_clip_scale
 from .schedules import GeometricDamping, warmup_multistep
 
 __all__ = [
@@ -332,7 +333,7 @@ def _run(rank: int, world: int, params: dict[str, Any]) -> dict[str, Any]:
     opt, sched, precond = built.optimizer, built.scheduler, built.preconditioner
     maker: Any = None
     if cfg.optimizer in ("kfac", "smw"):
-        maker = _asdl_maker(cfg, net, cfg.batch_size)
+        maker = _asdl_maker(cfg, net, cfg.batch_size, lr=lambda: float(opt.param_groups[0]["lr"]))
 
     local = cfg.batch_size // world
     gen = torch.Generator().manual_seed(cfg.seed + 1)
@@ -439,7 +440,35 @@ def _run(rank: int, world: int, params: dict[str, Any]) -> dict[str, Any]:
     return summary
 
 
-def _asdl_maker(cfg: TrainConfig, net: nn.Module, batch: int) -> Any:
+def _clip_after_precondition(
+    maker: Any, net: nn.Module, kl_clip: float, lr: Callable[[], float]
+) -> None:
+    """K-FAC gets the KL clipping HyLo applies (KAISA clips K-FAC the same way), so the two are
+    compared with the same stabilizer; the scale is computed as in :class:`HyLo`."""
+    params = [p for p in net.parameters() if p.requires_grad]
+    precondition = maker.precondition
+
+    def clipped(*args: Any, **kwargs: Any) -> Any:
+        raw = [None if p.grad is None else p.grad.clone() for p in params]
+        out = precondition(*args, **kwargs)
+        pairs = [
+            (p.grad, g)
+            for p, g in zip(params, raw, strict=True)
+            if p.grad is not None and g is not None
+        ]
+        scale = kl_clip_scale(pairs, lr(), kl_clip)
+        if scale < 1.0:
+            for p in params:
+                if p.grad is not None:
+                    p.grad.mul_(scale)
+        return out
+
+    maker.precondition = clipped
+
+
+def _asdl_maker(
+    cfg: TrainConfig, net: nn.Module, batch: int, lr: Callable[[], float] | None = None
+) -> Any:
     try:
         import asdl
     except ImportError as e:  # pragma: no cover - depends on the environment
@@ -453,7 +482,10 @@ def _asdl_maker(cfg: TrainConfig, net: nn.Module, batch: int) -> Any:
             preconditioner_upd_interval=cfg.inv_update_steps,
             curvature_upd_interval=cfg.inv_update_steps,
         )
-        return asdl.KfacGradientMaker(net, pc, fisher_type="fisher_emp")
+        maker = asdl.KfacGradientMaker(net, pc, fisher_type="fisher_emp")
+        if cfg.kl_clip is not None and lr is not None:
+            _clip_after_precondition(maker, net, float(cfg.kl_clip), lr)
+        return maker
     return asdl.SmwEmpNaturalGradientMaker(
         net, asdl.SmwEmpNaturalGradientConfig(data_size=batch, damping=cfg.damping)
     )

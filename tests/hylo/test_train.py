@@ -122,3 +122,44 @@ def test_cli_arguments_round_trip():
     assert cfg["kid_epochs"] == [[0, 2], [5, 6]] and cfg["lr_decay_epochs"] == [2]
     TrainConfig(**cfg).validate()
     assert TrainConfig(**cfg).workers == 2
+
+
+def test_kl_clip_scale_matches_the_formula():
+    from async_spark.hylo.preconditioner import kl_clip_scale
+
+    g = torch.Generator().manual_seed(0)
+    pairs = [(torch.randn(3, 4, generator=g), torch.randn(3, 4, generator=g)) for _ in range(2)]
+    pairs = [(d, d * 2.0 + 0.1 * g_) for d, g_ in pairs]  # <d, g> > 0
+    vg = sum(float((d * g_).sum()) for d, g_ in pairs) * 0.3**2
+    assert kl_clip_scale(pairs, 0.3, 1e-3) == pytest.approx(min(1.0, (1e-3 / vg) ** 0.5))
+    assert kl_clip_scale(pairs, 0.3, 1e9) == 1.0
+    assert kl_clip_scale([(d, -d) for d, _ in pairs], 0.3, 1e-3) == 1.0  # <d, g> < 0
+
+
+def test_kfac_baseline_is_kl_clipped_like_hylo():
+    """train's K-FAC: ASDL's direction scaled by HyLo's KL-clip factor, nothing else changed."""
+    pytest.importorskip("asdl")
+    import torch.nn.functional as F
+
+    from async_spark.hylo.models import build_model
+    from async_spark.hylo.train import _asdl_maker
+
+    def direction(kl_clip):
+        torch.manual_seed(0)
+        net = build_model("cnn1d")
+        cfg = TrainConfig(
+            model="cnn1d", data="synthetic", optimizer="kfac", damping=0.1, kl_clip=kl_clip
+        )
+        maker = _asdl_maker(cfg, net, 16, lr=lambda: 0.5)
+        x = torch.randn(16, 1, 1, 40, generator=torch.Generator().manual_seed(1))
+        y = torch.randint(0, 10, (16,), generator=torch.Generator().manual_seed(2))
+        dummy = maker.setup_model_call(net, x)
+        maker.setup_loss_call(F.cross_entropy, dummy, y)
+        maker.forward_and_backward()
+        return [p.grad.clone() for p in net.parameters()]
+
+    free, clipped = direction(None), direction(1e-6)
+    scale = clipped[0].norm() / free[0].norm()
+    assert 0 < float(scale) < 1
+    for a, b in zip(free, clipped, strict=True):
+        torch.testing.assert_close(b, a * scale, rtol=1e-4, atol=1e-8)
