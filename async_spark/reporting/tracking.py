@@ -131,8 +131,14 @@ class MlflowRun:
                 )
             run = self.client.create_run(experiment_id, tags=all_tags, run_name=run_name)
         except Exception as exc:
+            hint = ""
+            if not (tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")):
+                hint = (
+                    " (MLflow's default store; point --mlflow-uri or MLFLOW_TRACKING_URI at your "
+                    "tracking server, e.g. http://host:5000)"
+                )
             raise TrackingError(
-                f"MLflow tracking at {uri!r} (experiment {name!r}) failed: "
+                f"MLflow tracking at {uri!r} (experiment {name!r}) failed{hint}: "
                 f"{' '.join(str(exc).split())[:300]}"
             ) from exc
         self.tracking_uri = uri
