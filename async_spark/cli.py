@@ -297,56 +297,59 @@ def run_train(args: argparse.Namespace) -> int:
         configs = [cfg]
     else:
         configs = _train_configs(args)
-    first = configs[0]
-    dataset = first.open_data()
-    if resume is not None:  # refuse a mismatch before Spark starts
-        from async_spark.solvers.checkpoint import check_compatible
-        from async_spark.solvers.linear import build_model
-
-        check_compatible(resume, dataset[1], build_model(first, dataset[1]).num_params)
-    from pyspark.sql import SparkSession
-
     from async_spark.solvers.tracking import log_linear_result
-    from async_spark.tracking_cli import finish, open_run
+    from async_spark.tracking_cli import finish, open_runs
 
-    # MLflow runs are opened before Spark starts: a missing package or server fails first.
-    tracked = [
-        open_run(args, cfg.method, {"async_spark.command": "train", "method": cfg.method})
-        for cfg in configs
-    ]
-    owned = SparkSession.getActiveSession() is None  # a notebook's or test's session stays up
-    rows = []
+    # MLflow runs are opened first: a missing package or server fails before any data is read.
+    tracked = open_runs(
+        args, [(c.method, {"async_spark.command": "train", "method": c.method}) for c in configs]
+    )
+    rows: list[dict[str, Any]] = []
     results: list[Any] = []
     stop = threading.Event()
     received: list[int] = []
-    previous = _install_stop_handlers(stop, received)
     status = "FAILED"
     try:
-        spark = build_session(args.master, app_name="async-spark train", conf=args.conf)
+        first = configs[0]
+        dataset = first.open_data()
+        if resume is not None:  # refuse a mismatch before Spark starts
+            from async_spark.solvers.checkpoint import check_compatible
+            from async_spark.solvers.linear import build_model
+
+            check_compatible(resume, dataset[1], build_model(first, dataset[1]).num_params)
+        from pyspark.sql import SparkSession
+
+        owned = SparkSession.getActiveSession() is None  # a notebook's or test's session stays
+        previous = _install_stop_handlers(stop, received)
         try:
-            for cfg, run in zip(configs, tracked, strict=True):
-                if stop.is_set():
-                    break
-                result = train_linear(cfg, spark=spark, dataset=dataset, resume=resume, stop=stop)
-                if cfg.out is not None:
-                    write_run(result, cfg.out)
-                rows.append(result.summary())
-                results.append(result)
-                finish(
-                    run,
-                    functools.partial(log_linear_result, result=result, out_dir=cfg.out),
-                    "KILLED" if result.stopped_by == "interrupted" else "FINISHED",
-                )
-            status = "KILLED"  # runs never started (stopped by a signal)
+            spark = build_session(args.master, app_name="async-spark train", conf=args.conf)
+            try:
+                for cfg, run in zip(configs, tracked, strict=True):
+                    if stop.is_set():
+                        break
+                    result = train_linear(
+                        cfg, spark=spark, dataset=dataset, resume=resume, stop=stop
+                    )
+                    if cfg.out is not None:
+                        write_run(result, cfg.out)
+                    rows.append(result.summary())
+                    results.append(result)
+                    finish(
+                        run,
+                        functools.partial(log_linear_result, result=result, out_dir=cfg.out),
+                        "KILLED" if result.stopped_by == "interrupted" else "FINISHED",
+                    )
+                status = "KILLED"  # runs never started (stopped by a signal)
+            finally:
+                if owned:
+                    spark.stop()
         finally:
-            if owned:
-                spark.stop()
+            for sig, old in previous.items():
+                signal.signal(sig, old)
     except KeyboardInterrupt:
         status = "KILLED"
         raise
     finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
         for run in tracked:
             if run is not None and not run.ended:
                 finish(run, None, status)
@@ -401,24 +404,37 @@ def run_momentum(args: argparse.Namespace) -> int:
 
 
 def run_hylo(args: argparse.Namespace) -> int:
+    from async_spark.hylo.cli_args import config_from_args
     from async_spark.tracking_cli import finish, log_hylo_run, open_run
 
     run = open_run(args, f"hylo-{args.optimizer}", {"async_spark.command": "hylo"})
+    if run is None:
+        return _train_hylo(args)
     scratch = None
-    if run is not None and not args.out:  # MLflow keeps the outputs: write them somewhere
+    if not args.out:  # MLflow keeps the outputs: write them somewhere
         import tempfile
 
         scratch = tempfile.TemporaryDirectory(prefix="async-spark-hylo-")
         args.out = scratch.name
+    log = functools.partial(log_hylo_run, out_dir=args.out, params=config_from_args(args))
+    # SIGTERM ends a tracked run like Ctrl-C: KILLED, with the epochs finished so far logged.
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         try:
             code = _train_hylo(args)
-        except BaseException as exc:
-            finish(run, None, "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
+        except KeyboardInterrupt:
+            finish(run, log, "KILLED")
             raise
-        finish(run, functools.partial(log_hylo_run, out_dir=args.out))
+        except BaseException:
+            finish(run, log, "FAILED")
+            raise
+        finish(run, log)
         return code
     finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
         if scratch is not None:
             scratch.cleanup()
 

@@ -14,12 +14,14 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from async_spark.reporting.tracking import MlflowRun
 
 __all__ = [
     "add_tracking_arguments",
     "open_run",
+    "open_runs",
     "log_hylo_run",
     "finish",
 ]
@@ -46,13 +48,32 @@ def open_run(args: argparse.Namespace, run_name: str, tags: dict[str, str]) -> M
     )
 
 
-def log_hylo_run(run: MlflowRun, out_dir: str) -> None:
-    """Params, per-epoch metrics and the output folder of a HyLo run written to ``out_dir``."""
+def open_runs(
+    args: argparse.Namespace, names_and_tags: list[tuple[str, dict[str, str]]]
+) -> list[MlflowRun | None]:
+    """One run per entry, or none: if opening one fails, those already open end FAILED."""
+    runs: list[MlflowRun | None] = []
+    try:
+        for name, tags in names_and_tags:
+            runs.append(open_run(args, name, tags))
+    except BaseException:
+        for run in runs:
+            finish(run, None, "FAILED")
+        raise
+    return runs
+
+
+def log_hylo_run(run: MlflowRun, out_dir: str, params: dict[str, Any] | None = None) -> None:
+    """Params, per-epoch metrics and the output folder of a HyLo run written to ``out_dir``.
+
+    An interrupted run has no ``summary.json`` yet: its ``params`` and finished epochs are logged.
+    """
     import json
 
     folder = Path(out_dir)
-    summary = json.loads((folder / "summary.json").read_text())
-    run.log_params(summary.get("config", {}))
+    summary_path = folder / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    run.log_params(summary.get("config", params or {}))
     metrics_path = folder / "metrics.jsonl"
     if metrics_path.exists():
         records = [json.loads(line) for line in metrics_path.read_text().splitlines() if line]
@@ -70,8 +91,10 @@ def log_hylo_run(run: MlflowRun, out_dir: str) -> None:
             **{f"time_to_accuracy_{k}": v for k, v in tta.items()},
         }
     )
-    run.set_tags({"diverged": summary.get("diverged", False)})
-    run.log_artifacts(folder)
+    if summary:
+        run.set_tags({"diverged": summary.get("diverged", False)})
+    if folder.exists():
+        run.log_artifacts(folder)
 
 
 def finish(
@@ -92,4 +115,4 @@ def finish(
         try:
             run.end("FAILED")
         except Exception:  # the server is gone: nothing more to tell it
-            pass
+            run.ended = True

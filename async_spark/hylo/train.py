@@ -444,7 +444,8 @@ def _clip_after_precondition(
     maker: Any, net: nn.Module, kl_clip: float, lr: Callable[[], float]
 ) -> None:
     """K-FAC gets the KL clipping HyLo applies (KAISA clips K-FAC the same way), so the two are
-    compared with the same stabilizer; the scale is computed as in :class:`HyLo`."""
+    compared with the same stabilizer: HyLo's formula (:func:`kl_clip_scale`), summed over every
+    trainable parameter ASDL preconditions (HyLo's sum covers its Linear/Conv2d layers)."""
     params = [p for p in net.parameters() if p.requires_grad]
     precondition = maker.precondition
 

@@ -225,7 +225,7 @@ def fit_linear(
     """
     params._check_combinations()
     run = None
-    if params.getMlflowTracking():  # before any work: a missing package or server fails first
+    if params.getMlflowTracking():  # before staging and training: a bad setup fails first
         from async_spark.reporting.tracking import MlflowRun
 
         run = MlflowRun(

@@ -5,8 +5,8 @@
 so, before any training starts.
 
 The tracking server is MLflow's usual one: ``tracking_uri`` or the ``MLFLOW_TRACKING_URI``
-environment variable; the experiment is ``experiment``, ``MLFLOW_EXPERIMENT_NAME`` or
-``async-spark``. A run started in the caller's thread with ``mlflow.start_run()`` (a notebook) is
+environment variable; the experiment is ``experiment``, ``MLFLOW_EXPERIMENT_NAME``, the one chosen
+with ``mlflow.set_experiment()`` (``MLFLOW_EXPERIMENT_ID``) or ``async-spark``. A run started in the caller's thread with ``mlflow.start_run()`` (a notebook) is
 the parent of ours. Everything goes through ``MlflowClient`` with an explicit run id, so several
 runs can be logged from threads at once (``CrossValidator(parallelism=k)``).
 
@@ -111,6 +111,8 @@ class MlflowRun:
         self._metric_cls, self._param_cls = Metric, Param
         uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or mlflow.get_tracking_uri()
         name = experiment or os.environ.get("MLFLOW_EXPERIMENT_NAME") or DEFAULT_EXPERIMENT
+        # mlflow.set_experiment() in a notebook records the experiment's id in the environment
+        experiment_id_env = None if experiment else os.environ.get("MLFLOW_EXPERIMENT_ID")
         all_tags = {"mlflow.runName": run_name, "mlflow.source.name": "async-spark"}
         active = mlflow.active_run()
         if active is not None:  # the caller's run (a notebook cell) is our parent
@@ -122,6 +124,8 @@ class MlflowRun:
             self.client = MlflowClient(tracking_uri=uri)
             if parent_run_id is not None:
                 experiment_id = self.client.get_run(parent_run_id).info.experiment_id
+            elif experiment_id_env and not os.environ.get("MLFLOW_EXPERIMENT_NAME"):
+                experiment_id = experiment_id_env
             else:
                 found = self.client.get_experiment_by_name(name)
                 experiment_id = (
@@ -177,6 +181,9 @@ class MlflowRun:
     def _log_metric_items(self, items: list[Any]) -> None:
         for i in range(0, len(items), BATCH):
             self.client.log_batch(self.run_id, metrics=items[i : i + BATCH])
+
+    def log_artifact(self, local_path: str | os.PathLike[str]) -> None:
+        self.client.log_artifact(self.run_id, os.fspath(local_path))
 
     def log_artifacts(
         self, local_dir: str | os.PathLike[str], artifact_path: str | None = None

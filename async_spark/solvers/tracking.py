@@ -7,6 +7,7 @@ Artifacts: whatever ``write_artifacts(folder)`` writes (the run's outputs).
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -15,7 +16,9 @@ from async_spark.reporting.tracking import MlflowRun
 
 from .linear import TrainResult
 
-__all__ = ["SUMMARY_METRICS", "log_linear_result"]
+__all__ = ["RUN_FILES", "SUMMARY_METRICS", "log_linear_result"]
+
+RUN_FILES = ("summary.json", "trace.jsonl", "model.npz")
 
 SUMMARY_METRICS = (
     "final_objective",
@@ -60,7 +63,11 @@ def log_linear_result(
     run.log_metrics({k: summary.get(k) for k in SUMMARY_METRICS})
     run.set_tags({"stopped_by": summary["stopped_by"]})
     if out_dir is not None and write_artifacts is None:
-        run.log_artifacts(out_dir)
+        # the run's outputs only: not its checkpoints/ nor files an earlier run left there
+        for name in RUN_FILES:
+            path = os.path.join(out_dir, name)
+            if os.path.exists(path):
+                run.log_artifact(path)
         return
     if write_artifacts is None:
         from .outputs import write_run

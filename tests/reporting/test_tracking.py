@@ -23,6 +23,8 @@ def store(tmp_path, monkeypatch):
     uri = (tmp_path / "mlruns").as_uri()
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
+    # mlflow.set_experiment() sets it; undone after each test
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_ID", raising=False)
     return MlflowClient(tracking_uri=uri)
 
 
@@ -73,6 +75,10 @@ def test_failed_and_nested_runs(store):
         child.end()
     assert store.get_run(child.run_id).data.tags["mlflow.parentRunId"] == parent.info.run_id
     assert store.get_run(child.run_id).info.experiment_id == parent.info.experiment_id
+    # no active run: the experiment chosen with mlflow.set_experiment() is used
+    alone = MlflowRun("alone")
+    alone.end()
+    assert store.get_run(alone.run_id).info.experiment_id == parent.info.experiment_id
 
 
 def _train_argv(out, *extra):
@@ -121,6 +127,11 @@ def test_missing_mlflow_fails_before_training(monkeypatch, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert INSTALL_HINT in err and len(err.splitlines()) == 1
     assert not out.exists()
+    # before any data is read: a missing file is not even looked at
+    argv = _train_argv(out)
+    argv[argv.index("builtin:breast_cancer")] = str(tmp_path / "missing.svm")
+    assert main(argv) == 2
+    assert INSTALL_HINT in capsys.readouterr().err
 
 
 def test_unreachable_tracking_fails_before_training(tmp_path, capsys):
@@ -226,3 +237,39 @@ def test_cross_validator_fits_nest_under_the_callers_run(spark, store):
     assert {r.data.tags.get("mlflow.parentRunId") for r in runs} == {parent.info.run_id}
     assert {r.data.params["estimator.regParam"] for r in runs} == {"0.0", "0.1"}
     assert all(r.info.status == "FINISHED" for r in runs)
+
+
+@pytest.mark.spark
+def test_out_dir_artifacts_are_the_run_files_only(spark, store, tmp_path):
+    out = tmp_path / "run"
+    argv = _train_argv(out, "--checkpoint-every", "5")
+    argv[argv.index("asgd,sgd")] = "asgd"
+    (tmp_path / "run").mkdir()
+    (out / "left-over.txt").write_text("from an earlier run")
+    assert main(argv) == 0
+    assert (out / "checkpoints").is_dir()
+    (run,) = _runs(store)
+    names = {f.path for f in store.list_artifacts(run.info.run_id)}
+    assert names == {"model.npz", "summary.json", "trace.jsonl"}
+
+
+def test_interrupted_hylo_run_is_killed_with_its_finished_epochs(store, monkeypatch, tmp_path):
+    import json
+
+    import async_spark.cli as cli
+
+    out = tmp_path / "hylo"
+
+    def interrupted(args):  # two epochs written, then Ctrl-C (or SIGTERM) before the summary
+        out.mkdir()
+        lines = [{"epoch": e, "test_accuracy": 0.5 + e / 10, "train_seconds": e} for e in (1, 2)]
+        (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_train_hylo", interrupted)
+    assert main(["hylo", "--optimizer", "sgd", "--out", str(out), "--mlflow"]) == 130
+    (run,) = _runs(store)
+    assert run.info.status == "KILLED" and run.data.params["optimizer"] == "sgd"
+    history = store.get_metric_history(run.info.run_id, "test_accuracy")
+    assert [m.step for m in history] == [1, 2]
+    assert {f.path for f in store.list_artifacts(run.info.run_id)} == {"metrics.jsonl"}
