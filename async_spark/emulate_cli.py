@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import IO, Any
 
-from async_spark.cli import _float, _optional_int, add_train_arguments
+from async_spark.train_cli import _float, _optional_int, add_train_arguments
 
 __all__ = ["add_emulate_arguments", "cost_model_from_args", "run_emulate"]
 
@@ -115,8 +115,8 @@ def _run_calibration(args: argparse.Namespace) -> int:
     from pyspark.sql import SparkSession
 
     from async_spark.data.dataset import open_dataset
-    from async_spark.engine.emulator import calibrate
     from async_spark.engine.session import build_session
+    from async_spark.solvers.emulation import calibrate
 
     partitions = args.partitions or args.workers or 2
     if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
@@ -154,11 +154,11 @@ def run_emulate(args: argparse.Namespace) -> int:
     """Run each ``--method`` on ``--workers`` emulated workers (or calibrate with ``--calibrate``)."""
     if args.calibrate:
         return _run_calibration(args)
-    from async_spark.cli import _print_common_target, _print_table, _train_configs
     from async_spark.data.dataset import open_dataset
-    from async_spark.engine.emulator import virtual_engine_factory
+    from async_spark.solvers.emulation import virtual_engine_factory
     from async_spark.solvers.linear import train_linear
     from async_spark.solvers.outputs import atomic_write, write_run
+    from async_spark.train_cli import _print_common_target, _print_table, _train_configs
 
     if args.workers is None:
         raise ValueError("--workers is required: the number of emulated workers P (>= 1)")

@@ -33,13 +33,10 @@ from async_speedup import time_to  # noqa: E402
 
 from async_spark.data.dataset import open_dataset  # noqa: E402
 from async_spark.engine import build_session  # noqa: E402
-from async_spark.engine.emulator import (  # noqa: E402
-    calibrate,
-    payload_nbytes,
-    virtual_engine_factory,
-)
+from async_spark.engine.emulator import payload_nbytes  # noqa: E402
 from async_spark.models.linear import init_params  # noqa: E402
 from async_spark.solvers import TrainConfig, build_model, train_linear  # noqa: E402
+from async_spark.solvers.emulation import calibrate, virtual_engine_factory  # noqa: E402
 
 PAIRS = (("sgd", "asgd"), ("saga", "asaga"))
 

@@ -42,18 +42,13 @@ from async_speedup import speedup_of, time_to  # noqa: E402
 from async_spark.data.blocks import clear_cache, get_block  # noqa: E402
 from async_spark.data.dataset import open_dataset  # noqa: E402
 from async_spark.engine import Policy  # noqa: E402
-from async_spark.engine.emulator import (  # noqa: E402
-    CostModel,
-    VirtualEngine,
-    calibrate,
-    payload_nbytes,
-    virtual_engine_factory,
-)
+from async_spark.engine.emulator import CostModel, VirtualEngine, payload_nbytes  # noqa: E402
 from async_spark.models.linear import init_params  # noqa: E402
 from async_spark.optim.saga import SAGAMessage, saga  # noqa: E402
 from async_spark.optim.sgd import SGDMessage, sample_rows, sgd  # noqa: E402
 from async_spark.optim.steps import auto_step, make_step_rule  # noqa: E402
 from async_spark.solvers import TrainConfig, build_model, train_linear  # noqa: E402
+from async_spark.solvers.emulation import calibrate, virtual_engine_factory  # noqa: E402
 
 PAIRS = {"saga": "asaga", "sgd": "asgd"}
 RCV1_SHAPE = "builtin:synthetic?n=700000&d=47000&nnz=75&seed=0"

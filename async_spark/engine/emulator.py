@@ -25,8 +25,10 @@ Contention (``cores = C``): the CPU phases of the tasks in flight share C cores 
 sharing (each progresses at rate ``min(1, C / computing)``), which models ``local[P]`` on a C-core
 machine; a sleeping straggler holds its slot but no core.
 
-:func:`calibrate` measures ``task_overhead_seconds``, ``compute_fixed_seconds`` and
-``seconds_per_nnz`` on the real Spark engine of this machine; :meth:`CostModel.save` writes JSON.
+:func:`async_spark.solvers.emulation.calibrate` measures ``task_overhead_seconds``,
+``compute_fixed_seconds`` and ``seconds_per_nnz`` with linear-solver tasks on the real Spark
+engine of this machine; :meth:`CostModel.save` writes JSON. The engine knows nothing of the
+solvers: what a task's work is (its nonzeros) is given by ``work_fn``.
 """
 
 from __future__ import annotations
@@ -38,7 +40,6 @@ import json
 import math
 import os
 import queue
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -60,8 +61,6 @@ __all__ = [
     "VirtualClock",
     "VirtualEngine",
     "VirtualTransport",
-    "calibrate",
-    "linear_task_work",
     "payload_nbytes",
     "virtual_engine_factory",
 ]
@@ -248,25 +247,12 @@ def payload_nbytes(obj: Any, _depth: int = 0) -> int:
     return 0  # opaque objects (data sources, models) are small descriptions
 
 
-def linear_task_work(block_index: int, args: Any) -> float | None:
-    """Nonzeros touched by a linear-solver task: those of its sampled rows (dense: rows x d)."""
-    from async_spark.data.blocks import get_block
-    from async_spark.optim.sgd import sample_rows
-    from async_spark.solvers.tasks import LinearTaskArgs
-
-    if not isinstance(args, LinearTaskArgs):
-        return None
-    block = get_block(args.source, block_index)
-    idx = sample_rows(args.seed, block_index, args.block_task, block.rows, args.batch_fraction)
-    X = block.X
-    if hasattr(X, "indptr"):
-        indptr = np.asarray(X.indptr)
-        return float(np.sum(indptr[idx + 1] - indptr[idx]))
-    return float(idx.size * X.shape[1])
-
-
 WorkFunction = Callable[[int, Any], "float | None"]
 """``work_fn(block, args) -> nnz`` of a task (None when unknown)."""
+
+
+def _no_work(block: int, args: Any) -> float | None:
+    return None
 
 
 # --- the virtual clock and the event simulation ----------------------------------------------------
@@ -460,7 +446,9 @@ class VirtualTransport(Transport):
     clock : VirtualClock
         Shared with the engine (the driver's time).
     work_fn : callable, optional
-        ``work_fn(block, args) -> nnz`` for the modelled compute (default :func:`linear_task_work`).
+        ``work_fn(block, args) -> nnz`` for the modelled compute (the linear solvers give
+        :func:`async_spark.solvers.emulation.linear_task_work`); without it the compute is the
+        measured in-process time of each task.
     task_seconds : callable, optional
         ``task_seconds(ticket) -> seconds``: a hand-built compute time per task that replaces the
         cost model's compute (tests, what-if schedules).
@@ -479,7 +467,7 @@ class VirtualTransport(Transport):
         self.clock = clock
         self.publisher = InlinePublisher()
         self.outcomes = _VirtualOutcomes(self)  # type: ignore[assignment]
-        self.work_fn = work_fn or linear_task_work
+        self.work_fn: WorkFunction = work_fn or _no_work
         self.task_seconds = task_seconds
         self._sim = _Simulation(cost.cores)
         self._tasks: dict[int, _Task] = {}  # submitted, outcome not yet handed out
@@ -732,118 +720,3 @@ def virtual_engine_factory(
 ) -> Callable[..., VirtualEngine]:
     """An ``engine_factory`` for :func:`~async_spark.solvers.linear.train_linear`."""
     return functools.partial(VirtualEngine, cost=cost, **options)
-
-
-# --- calibration on the real engine ---------------------------------------------------------------
-def calibrate(
-    spark: Any,
-    source: Any,
-    desc: Any,
-    *,
-    loss: str = "logistic",
-    rule: str = "saga",
-    fractions: tuple[float, ...] = (0.05, 0.1, 0.2, 0.5, 1.0),
-    tasks_per_fraction: int = 8,
-    seed: int = 0,
-    out: str | os.PathLike[str] | None = None,
-    source_note: str | None = None,
-) -> CostModel:
-    """Measure the cost model on the real Spark engine of this machine, one task at a time.
-
-    Runs linear-solver tasks (``rule`` = "saga" or "sgd") at several batch fractions through
-    :class:`~async_spark.engine.AsyncEngine` on a :class:`~async_spark.engine.spark.SparkTransport`
-    with ``max_in_flight=1`` (no queueing, no contention), and fits
-
-    - ``compute = compute_fixed + seconds_per_nnz * nnz`` by least squares on the in-worker compute
-      times (a block's first task, which loads the block, left out);
-    - ``task_overhead = median(dispatch-to-result - compute)``.
-
-    Bandwidth and latency are not measured (loopback here): set them for the cluster to predict.
-    The model is saved to ``out`` when given.
-    """
-    from async_spark.engine.spark import SparkTransport
-    from async_spark.models.linear import LinearModel, init_params
-    from async_spark.optim.sgd import sample_rows
-    from async_spark.solvers.tasks import LinearTaskArgs, linear_task
-
-    if rule not in ("saga", "sgd"):
-        raise ValueError(f"rule must be 'saga' or 'sgd', got {rule!r}")
-    if not fractions or any(not 0 < f <= 1 for f in fractions):
-        raise ValueError(f"fractions must be in (0, 1], got {fractions!r}")
-    if isinstance(tasks_per_fraction, bool) or not isinstance(tasks_per_fraction, int):
-        raise ValueError(f"tasks_per_fraction must be an integer >= 2, got {tasks_per_fraction!r}")
-    if tasks_per_fraction < 2:
-        raise ValueError(f"tasks_per_fraction must be an integer >= 2, got {tasks_per_fraction!r}")
-    model = LinearModel(
-        loss=loss,
-        num_features=desc.d,
-        num_classes=desc.num_classes if loss == "softmax" else None,
-    )
-    theta = init_params(model)
-    P = desc.num_blocks
-    # Task 0 loads its block into the worker (not measured); then each fraction in turn.
-    plan = [fractions[0]] + [f for f in fractions for _ in range(tasks_per_fraction)]
-    issued: dict[int, float] = {}
-
-    def task_args(ticket: TaskTicket) -> LinearTaskArgs:
-        frac = plan[min(ticket.task_id, len(plan) - 1)]
-        issued[ticket.task_id] = frac
-        old = None
-        if rule == "saga":
-            idx = sample_rows(
-                seed, ticket.block, ticket.block_task, desc.rows_per_block[ticket.block], frac
-            )
-            old = np.zeros((idx.size, *model.scalar_shape))
-        return LinearTaskArgs(rule, source, model, frac, seed, ticket.block_task, old)
-
-    samples: list[tuple[float, float, float]] = []  # (nnz, compute, seconds)
-    with AsyncEngine(
-        SparkTransport(spark.sparkContext),
-        linear_task,
-        num_blocks=P,
-        policy=Policy.asynchronous(),
-        max_in_flight=1,  # one task at a time: no queueing, no contention
-        initial_model=theta,
-        task_args=task_args,
-        run_name="calibrate-cost-model",
-    ) as engine:
-        count = 0
-        for r in engine.results():
-            count += 1
-            if r.block_task > 0:
-                frac = issued[r.task_id]
-                args_nnz = linear_task_work(
-                    r.block,
-                    LinearTaskArgs(rule, source, model, frac, seed, r.block_task, None),
-                )
-                samples.append((float(args_nnz or 0.0), r.compute_seconds, r.seconds))
-            if count >= len(plan):
-                break
-    if len(samples) < 3:
-        raise RuntimeError(f"calibration measured only {len(samples)} tasks")
-    nnz = np.array([s[0] for s in samples])
-    compute = np.array([s[1] for s in samples])
-    seconds = np.array([s[2] for s in samples])
-    A = np.stack([np.ones_like(nnz), nnz], axis=1)
-    if np.ptp(nnz) > 0:
-        (fixed, per_nnz), *_ = np.linalg.lstsq(A, compute, rcond=None)
-    else:
-        fixed, per_nnz = float(np.median(compute)), 0.0
-    if per_nnz < 0:  # noise on tiny tasks: all compute is fixed
-        fixed, per_nnz = float(np.median(compute)), 0.0
-    fixed = max(0.0, float(fixed))
-    overhead = max(0.0, float(statistics.median((seconds - compute).tolist())))
-    master = spark.sparkContext.master
-    cost = CostModel(
-        task_overhead_seconds=overhead,
-        seconds_per_nnz=float(per_nnz),
-        compute_fixed_seconds=fixed,
-        source=source_note
-        or (
-            f"calibrated on {master} ({os.cpu_count()} cpus), {desc.dataset_id[:48]}, "
-            f"rule {rule}, {len(samples)} tasks, {time.strftime('%Y-%m-%d %H:%M')}"
-        ),
-    )
-    if out is not None:
-        cost.save(out)
-    return cost

@@ -38,7 +38,7 @@ def _torchdist_main(
     import torch
     import torch.distributed as dist
 
-    from .hylo_stage import hylo_rank
+    from .rank import hylo_rank
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     cuda = params["device"] == "cuda"
@@ -76,7 +76,7 @@ def _first_user_error(text: str) -> str:
 
 
 def run_torchdistributor(spark: Any, cfg: Any, src: ShardSource) -> tuple[dict[str, Any], dict]:
-    """Run :func:`~.hylo_stage.hylo_rank` on ``cfg.workers`` TorchDistributor processes."""
+    """Run :func:`~.rank.hylo_rank` on ``cfg.workers`` TorchDistributor processes."""
     from dataclasses import asdict
 
     from pyspark import InheritableThread

@@ -12,15 +12,9 @@ import pytest
 
 from async_spark.data.dataset import open_dataset
 from async_spark.engine import AsyncEngine, LocalTransport, Policy, StragglerModel
-from async_spark.engine.emulator import (
-    CostModel,
-    VirtualEngine,
-    calibrate,
-    linear_task_work,
-    payload_nbytes,
-    virtual_engine_factory,
-)
+from async_spark.engine.emulator import CostModel, VirtualEngine, payload_nbytes
 from async_spark.solvers import TrainConfig, train_linear
+from async_spark.solvers.emulation import calibrate, linear_task_work, virtual_engine_factory
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,166 @@
+"""The linear solvers on the cluster emulator: their task's work, the engine factory, calibration.
+
+:mod:`async_spark.engine.emulator` emulates any task function; this module tells it what a
+linear-solver task costs (the nonzeros of its sampled rows, :func:`linear_task_work`), builds the
+``engine_factory`` that :func:`~async_spark.solvers.linear.train_linear` takes
+(:func:`virtual_engine_factory`), and measures the cost model on the real Spark engine with
+linear-solver tasks (:func:`calibrate`).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from async_spark.engine.core import TaskTicket
+from async_spark.engine.emulator import CostModel, VirtualEngine
+from async_spark.engine.emulator import virtual_engine_factory as _engine_factory
+from async_spark.engine.engine import AsyncEngine
+from async_spark.engine.policies import Policy
+
+__all__ = ["calibrate", "linear_task_work", "virtual_engine_factory"]
+
+
+def linear_task_work(block_index: int, args: Any) -> float | None:
+    """Nonzeros touched by a linear-solver task: those of its sampled rows (dense: rows x d)."""
+    from async_spark.data.blocks import get_block
+    from async_spark.optim.sgd import sample_rows
+    from async_spark.solvers.tasks import LinearTaskArgs
+
+    if not isinstance(args, LinearTaskArgs):
+        return None
+    block = get_block(args.source, block_index)
+    idx = sample_rows(args.seed, block_index, args.block_task, block.rows, args.batch_fraction)
+    X = block.X
+    if hasattr(X, "indptr"):
+        indptr = np.asarray(X.indptr)
+        return float(np.sum(indptr[idx + 1] - indptr[idx]))
+    return float(idx.size * X.shape[1])
+
+
+def virtual_engine_factory(
+    cost: CostModel | None = None, **options: Any
+) -> Callable[..., VirtualEngine]:
+    """An ``engine_factory`` for :func:`~async_spark.solvers.linear.train_linear` on the emulator,
+    with the compute of each task modelled from its nonzeros (:func:`linear_task_work`)."""
+    options.setdefault("work_fn", linear_task_work)
+    return _engine_factory(cost, **options)
+
+
+def calibrate(
+    spark: Any,
+    source: Any,
+    desc: Any,
+    *,
+    loss: str = "logistic",
+    rule: str = "saga",
+    fractions: tuple[float, ...] = (0.05, 0.1, 0.2, 0.5, 1.0),
+    tasks_per_fraction: int = 8,
+    seed: int = 0,
+    out: str | os.PathLike[str] | None = None,
+    source_note: str | None = None,
+) -> CostModel:
+    """Measure the cost model on the real Spark engine of this machine, one task at a time.
+
+    Runs linear-solver tasks (``rule`` = "saga" or "sgd") at several batch fractions through
+    :class:`~async_spark.engine.AsyncEngine` on a :class:`~async_spark.engine.spark.SparkTransport`
+    with ``max_in_flight=1`` (no queueing, no contention), and fits
+
+    - ``compute = compute_fixed + seconds_per_nnz * nnz`` by least squares on the in-worker compute
+      times (a block's first task, which loads the block, left out);
+    - ``task_overhead = median(dispatch-to-result - compute)``.
+
+    Bandwidth and latency are not measured (loopback here): set them for the cluster to predict.
+    The model is saved to ``out`` when given.
+    """
+    from async_spark.engine.spark import SparkTransport
+    from async_spark.models.linear import LinearModel, init_params
+    from async_spark.optim.sgd import sample_rows
+    from async_spark.solvers.tasks import LinearTaskArgs, linear_task
+
+    if rule not in ("saga", "sgd"):
+        raise ValueError(f"rule must be 'saga' or 'sgd', got {rule!r}")
+    if not fractions or any(not 0 < f <= 1 for f in fractions):
+        raise ValueError(f"fractions must be in (0, 1], got {fractions!r}")
+    if isinstance(tasks_per_fraction, bool) or not isinstance(tasks_per_fraction, int):
+        raise ValueError(f"tasks_per_fraction must be an integer >= 2, got {tasks_per_fraction!r}")
+    if tasks_per_fraction < 2:
+        raise ValueError(f"tasks_per_fraction must be an integer >= 2, got {tasks_per_fraction!r}")
+    model = LinearModel(
+        loss=loss,
+        num_features=desc.d,
+        num_classes=desc.num_classes if loss == "softmax" else None,
+    )
+    theta = init_params(model)
+    P = desc.num_blocks
+    # Task 0 loads its block into the worker (not measured); then each fraction in turn.
+    plan = [fractions[0]] + [f for f in fractions for _ in range(tasks_per_fraction)]
+    issued: dict[int, float] = {}
+
+    def task_args(ticket: TaskTicket) -> LinearTaskArgs:
+        frac = plan[min(ticket.task_id, len(plan) - 1)]
+        issued[ticket.task_id] = frac
+        old = None
+        if rule == "saga":
+            idx = sample_rows(
+                seed, ticket.block, ticket.block_task, desc.rows_per_block[ticket.block], frac
+            )
+            old = np.zeros((idx.size, *model.scalar_shape))
+        return LinearTaskArgs(rule, source, model, frac, seed, ticket.block_task, old)
+
+    samples: list[tuple[float, float, float]] = []  # (nnz, compute, seconds)
+    with AsyncEngine(
+        SparkTransport(spark.sparkContext),
+        linear_task,
+        num_blocks=P,
+        policy=Policy.asynchronous(),
+        max_in_flight=1,  # one task at a time: no queueing, no contention
+        initial_model=theta,
+        task_args=task_args,
+        run_name="calibrate-cost-model",
+    ) as engine:
+        count = 0
+        for r in engine.results():
+            count += 1
+            if r.block_task > 0:
+                frac = issued[r.task_id]
+                args_nnz = linear_task_work(
+                    r.block,
+                    LinearTaskArgs(rule, source, model, frac, seed, r.block_task, None),
+                )
+                samples.append((float(args_nnz or 0.0), r.compute_seconds, r.seconds))
+            if count >= len(plan):
+                break
+    if len(samples) < 3:
+        raise RuntimeError(f"calibration measured only {len(samples)} tasks")
+    nnz = np.array([s[0] for s in samples])
+    compute = np.array([s[1] for s in samples])
+    seconds = np.array([s[2] for s in samples])
+    A = np.stack([np.ones_like(nnz), nnz], axis=1)
+    if np.ptp(nnz) > 0:
+        (fixed, per_nnz), *_ = np.linalg.lstsq(A, compute, rcond=None)
+    else:
+        fixed, per_nnz = float(np.median(compute)), 0.0
+    if per_nnz < 0:  # noise on tiny tasks: all compute is fixed
+        fixed, per_nnz = float(np.median(compute)), 0.0
+    fixed = max(0.0, float(fixed))
+    overhead = max(0.0, float(statistics.median((seconds - compute).tolist())))
+    master = spark.sparkContext.master
+    cost = CostModel(
+        task_overhead_seconds=overhead,
+        seconds_per_nnz=float(per_nnz),
+        compute_fixed_seconds=fixed,
+        source=source_note
+        or (
+            f"calibrated on {master} ({os.cpu_count()} cpus), {desc.dataset_id[:48]}, "
+            f"rule {rule}, {len(samples)} tasks, {time.strftime('%Y-%m-%d %H:%M')}"
+        ),
+    )
+    if out is not None:
+        cost.save(out)
+    return cost

@@ -1,0 +1,344 @@
+"""``async-spark train``: its arguments, the run of each method, the table of results.
+
+Shared with ``async-spark emulate`` (:mod:`async_spark.emulate_cli`), which takes the same
+training flags and prints the same table; :mod:`async_spark.cli` registers both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_spark_arguments", "add_train_arguments", "run_train"]
+
+
+def _optional_int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
+def _step(text: str) -> float | str:
+    if text == "auto":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or 'auto', got {text!r}") from None
+
+
+def add_spark_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--master", default=None, help="Spark master URL (default: spark-submit's, else local[*])"
+    )
+    p.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Spark configuration (repeatable)",
+    )
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+
+
+def add_train_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``async-spark train`` (shared with ``jobs/train_linear.py``)."""
+    p.add_argument(
+        "--data",
+        default="builtin:synthetic",
+        help="LIBSVM or Parquet path, or builtin:synthetic|breast_cancer|digits|mnist1d (default builtin:synthetic)",
+    )
+    p.add_argument("--format", default="auto", help="libsvm | parquet | auto")
+    p.add_argument(
+        "--num-features", type=_optional_int, default=None, help="d (LIBSVM: inferred when omitted)"
+    )
+    p.add_argument("--standardize", action="store_true", help="scale columns to unit variance")
+    p.add_argument("--loss", default="logistic", help="logistic | squares | softmax")
+    p.add_argument(
+        "--method",
+        default="asaga",
+        help="sgd | asgd | saga | asaga | hb | ahb | ag | aag | apg | aapg, or a comma list "
+        "(e.g. asaga,saga) to run side by side",
+    )
+    p.add_argument(
+        "--momentum", type=_float, default=None, help="beta for hb/ag/apg with an explicit --step"
+    )
+    p.add_argument(
+        "--momentum-damping",
+        type=_float,
+        default=0.0,
+        help="c >= 0: asynchronous momentum uses beta / (1 + c * staleness)",
+    )
+    p.add_argument("--l2", type=_float, default=1e-4)
+    p.add_argument("--l1", type=_float, default=0.0)
+    p.add_argument("--step", type=_step, default="auto", help="step size, or 'auto' from the data")
+    p.add_argument(
+        "--step-rule",
+        default=None,
+        help="constant | sqrt | staleness (default: sqrt for SGD, constant for SAGA)",
+    )
+    p.add_argument(
+        "--batch-fraction", type=_float, default=0.1, help="b: fraction of its block a task samples"
+    )
+    p.add_argument("--partitions", type=_optional_int, default=8, help="P: number of blocks")
+    p.add_argument(
+        "--beta", type=_float, default=None, help="partial barrier in (0, 1] (async methods)"
+    )
+    p.add_argument(
+        "--tau", type=_optional_int, default=None, help="staleness bound >= 0 (async methods)"
+    )
+    p.add_argument("--ssp", type=_optional_int, default=None, help="SSP slack >= 0 (async methods)")
+    p.add_argument(
+        "--stragglers", default="none", help="none | intensity:C | cloud | slow-executor:F"
+    )
+    p.add_argument(
+        "--straggler-base",
+        type=_float,
+        default=None,
+        help="seconds that straggler delays are multiples of (default: median task time of a warm-up)",
+    )
+    p.add_argument("--seed", type=_optional_int, default=0)
+    p.add_argument("--max-updates", type=_optional_int, default=None)
+    p.add_argument(
+        "--time-budget",
+        type=_float,
+        default=None,
+        help="seconds of training (default 20 when no other stop)",
+    )
+    p.add_argument("--target-objective", type=_float, default=None)
+    p.add_argument(
+        "--eval-every", type=_float, default=1.0, help="seconds between objective snapshots"
+    )
+    p.add_argument(
+        "--publisher", default="broadcast", help="broadcast | inline: how model versions travel"
+    )
+    p.add_argument(
+        "--out", default=None, help="output folder: summary.json, trace.jsonl, model.npz"
+    )
+    p.add_argument(
+        "--checkpoint-every", type=_optional_int, default=None, help="updates between checkpoints"
+    )
+    p.add_argument(
+        "--checkpoint-seconds", type=_float, default=None, help="seconds between checkpoints"
+    )
+    p.add_argument("--keep-checkpoints", type=_optional_int, default=3)
+    p.add_argument(
+        "--resume",
+        default=None,
+        metavar="DIR",
+        help="continue the run saved in DIR/checkpoints (its configuration; outputs into DIR)",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_spark_arguments(p)
+
+
+def _methods(text: str) -> list[str]:
+    return [m.strip() for m in text.split(",") if m.strip()]
+
+
+def _train_configs(args: argparse.Namespace) -> list[Any]:
+    from async_spark.solvers.config import MOMENTUM_METHODS, SYNC_METHODS, TrainConfig
+
+    methods = _methods(args.method)
+    if not methods:
+        raise ValueError("--method must name at least one of sgd, asgd, saga, asaga")
+    configs = []
+    for method in methods:
+        out = args.out
+        if out is not None and len(methods) > 1:
+            out = str(Path(out) / method)
+        cfg = TrainConfig(
+            data=args.data,
+            format=args.format,
+            num_features=args.num_features,
+            standardize=args.standardize,
+            loss=args.loss,
+            method=method,
+            l2=args.l2,
+            l1=args.l1,
+            step=args.step,
+            step_rule=args.step_rule,
+            batch_fraction=args.batch_fraction,
+            partitions=args.partitions,
+            beta=None if method in SYNC_METHODS else args.beta,
+            tau=None if method in SYNC_METHODS else args.tau,
+            ssp=None if method in SYNC_METHODS else args.ssp,
+            momentum=args.momentum if method in MOMENTUM_METHODS else None,
+            momentum_damping=args.momentum_damping,
+            stragglers=args.stragglers,
+            straggler_base=args.straggler_base,
+            seed=args.seed,
+            max_updates=args.max_updates,
+            time_budget=args.time_budget,
+            target_objective=args.target_objective,
+            eval_every=args.eval_every,
+            out=out,
+            quiet=args.quiet,
+            publisher=args.publisher,
+            checkpoint_every=args.checkpoint_every,
+            checkpoint_seconds=args.checkpoint_seconds,
+            keep_checkpoints=args.keep_checkpoints,
+        )
+        if len(methods) == 1:  # flags that do not apply to the method are errors, said clearly
+            cfg.beta, cfg.tau, cfg.ssp = args.beta, args.tau, args.ssp
+            cfg.momentum = args.momentum
+        configs.append(cfg.validate())
+    return configs
+
+
+def _resume_config(args: argparse.Namespace) -> tuple[Any, Any]:
+    import dataclasses
+
+    from async_spark.solvers.checkpoint import load_latest
+    from async_spark.solvers.config import TrainConfig
+
+    ckpt = load_latest(args.resume)
+    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    stored = {k: v for k, v in ckpt.config.items() if k in names}
+    if stored.get("data") == "arrays":
+        raise ValueError(f"{ckpt.path}: a run on in-memory arrays cannot be resumed from the CLI")
+    cfg = TrainConfig(**{**stored, "out": args.resume, "quiet": args.quiet})
+    return cfg.validate(), ckpt
+
+
+def _install_stop_handlers(stop: threading.Event, received: list[int]) -> dict[Any, Any]:
+    """SIGINT/SIGTERM end the run cleanly (final checkpoint and outputs); a second one aborts."""
+
+    def handler(signum: int, frame: Any) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        received.append(signum)
+        stop.set()
+        name = signal.Signals(signum).name
+        print(f"\nstopping after the current update ({name})", file=sys.stderr)
+
+    previous: dict[Any, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, handler)
+    return previous
+
+
+def run_train(args: argparse.Namespace) -> int:
+    """Open the data once, then run each method on the same session and blocks."""
+    from async_spark.engine.session import build_session
+    from async_spark.solvers.linear import train_linear
+    from async_spark.solvers.outputs import write_run
+
+    resume = None
+    if args.resume is not None:
+        cfg, resume = _resume_config(args)
+        configs = [cfg]
+    else:
+        configs = _train_configs(args)
+    from async_spark.solvers.tracking import log_linear_result
+    from async_spark.tracking_cli import finish, open_runs
+
+    # MLflow runs are opened first: a missing package or server fails before any data is read.
+    tracked = open_runs(
+        args, [(c.method, {"async_spark.command": "train", "method": c.method}) for c in configs]
+    )
+    rows: list[dict[str, Any]] = []
+    results: list[Any] = []
+    stop = threading.Event()
+    received: list[int] = []
+    status = "FAILED"
+    try:
+        first = configs[0]
+        dataset = first.open_data()
+        if resume is not None:  # refuse a mismatch before Spark starts
+            from async_spark.solvers.checkpoint import check_compatible
+            from async_spark.solvers.linear import build_model
+
+            check_compatible(resume, dataset[1], build_model(first, dataset[1]).num_params)
+        from pyspark.sql import SparkSession
+
+        owned = SparkSession.getActiveSession() is None  # a notebook's or test's session stays
+        previous = _install_stop_handlers(stop, received)
+        try:
+            spark = build_session(args.master, app_name="async-spark train", conf=args.conf)
+            try:
+                for cfg, run in zip(configs, tracked, strict=True):
+                    if stop.is_set():
+                        break
+                    result = train_linear(
+                        cfg, spark=spark, dataset=dataset, resume=resume, stop=stop
+                    )
+                    if cfg.out is not None:
+                        write_run(result, cfg.out)
+                    rows.append(result.summary())
+                    results.append(result)
+                    finish(
+                        run,
+                        functools.partial(log_linear_result, result=result, out_dir=cfg.out),
+                        "KILLED" if result.stopped_by == "interrupted" else "FINISHED",
+                    )
+                status = "KILLED"  # runs never started (stopped by a signal)
+            finally:
+                if owned:
+                    spark.stop()
+        finally:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        for run in tracked:
+            if run is not None and not run.ended:
+                finish(run, None, status)
+    _print_table(rows)
+    if len(results) == 2:
+        _print_common_target(*results)
+    if received:
+        return 128 + received[0]  # 130 for SIGINT, 143 for SIGTERM
+    return 0
+
+
+def _print_common_target(a: Any, b: Any) -> None:
+    """Time each run took to reach the objective both reached (the worse final objective)."""
+    target = max(a.final_objective, b.final_objective)
+
+    def reach(r: Any) -> float | None:
+        return next((t for t, _, obj in r.snapshots if obj <= target), None)
+
+    ta, tb = reach(a), reach(b)
+    if ta and tb:
+        print(
+            f"to objective {target:.6g}: {a.config.method} {ta:.2f} s, {b.config.method} {tb:.2f} s "
+            f"-> {a.config.method} is {tb / ta:.2f}x faster"
+        )
+
+
+def _print_table(rows: list[dict[str, Any]]) -> None:
+    header = f"{'method':7s} {'updates':>8s} {'rejected':>8s} {'seconds':>8s} {'objective':>12s} {'staleness':>9s} {'to target':>9s}"
+    print(header)
+    for r in rows:
+        ttt = "-" if r["time_to_target"] is None else f"{r['time_to_target']:.2f}"
+        print(
+            f"{r['method']:7s} {r['updates']:8d} {r['rejected']:8d} {r['wall_seconds']:8.2f} "
+            f"{r['final_objective']:12.6g} {r['mean_staleness']:9.2f} {ttt:>9s}"
+        )
+    if len(rows) == 2 and rows[0]["final_objective"] and rows[1]["final_objective"]:
+        a, b = rows
+        print(
+            f"{a['method']} made {a['updates'] / max(a['wall_seconds'], 1e-9):.1f} updates/s, "
+            f"{b['method']} {b['updates'] / max(b['wall_seconds'], 1e-9):.1f} updates/s "
+            f"(stragglers: {a['stragglers']})"
+        )
+    summary = {r["method"]: r["final_objective"] for r in rows}
+    print("RESULT " + json.dumps(summary))
