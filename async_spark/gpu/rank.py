@@ -35,16 +35,14 @@ def hylo_rank(
     """
     import torch
     import torch.distributed as dist
-    from torch import nn
 
-    from async_spark.hylo.comm import TorchCommunicator
     from async_spark.hylo.data import Dataset
-    from async_spark.hylo.models import build_model
     from async_spark.hylo.train import (
         HYLO_METHODS,
         THRESHOLDS,
         TrainConfig,
         build_optimizers,
+        build_replica,
         evaluate,
         loss_and_correct,
     )
@@ -68,14 +66,7 @@ def hylo_rank(
             test = Dataset(
                 x_train[:0], y_train[:0], torch.from_numpy(tx), torch.from_numpy(ty), task
             )
-    net = build_model(cfg.model).to(device)
-    model: nn.Module = net
-    comm = None
-    if world > 1:
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        model = DDP(net, device_ids=[device.index] if device.type == "cuda" else None)
-        comm = TorchCommunicator()
+    net, model, comm = build_replica(cfg.model, device, world)
     local = cfg.batch_size // world
     n_local = x_train.shape[0]
     steps_t = torch.tensor([n_local // local], dtype=torch.int64, device=device)

@@ -48,6 +48,7 @@ __all__ = [
     "Optimizers",
     "TrainConfig",
     "build_optimizers",
+    "build_replica",
     "evaluate",
     "loss_and_correct",
     "train",
@@ -245,6 +246,23 @@ def evaluate(
     return total_loss / data.x_test.shape[0], correct / max(1, count)
 
 
+def build_replica(
+    model_name: str, device: torch.device, world: int
+) -> tuple[nn.Module, nn.Module, TorchCommunicator | None]:
+    """This rank's model: ``(net, model, communicator)``; with ``world > 1`` the model is the DDP
+    wrapper of ``net`` (which averages gradients) and HyLo gets a torch.distributed
+    communicator. Shared by :func:`train` and the Spark stage's ranks."""
+    from .models import build_model
+
+    net = build_model(model_name).to(device)
+    if world == 1:
+        return net, net, None
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    ddp = DDP(net, device_ids=[device.index] if device.type == "cuda" else None)
+    return net, ddp, TorchCommunicator()
+
+
 @dataclass
 class Optimizers:
     """What one rank steps: torch SGD, its learning-rate schedule, the HyLo preconditioner."""
@@ -308,7 +326,6 @@ def build_optimizers(
 
 
 def _run(rank: int, world: int, params: dict[str, Any]) -> dict[str, Any]:
-    from .models import build_model
 
     cfg = TrainConfig(**params)
     torch.set_num_threads(cfg.threads)
@@ -319,14 +336,7 @@ def _run(rank: int, world: int, params: dict[str, Any]) -> dict[str, Any]:
         device = torch.device("cpu")
     torch.manual_seed(cfg.seed)
     data = load_dataset(cfg.data, cfg.model, seed=cfg.seed, n_train=cfg.n_train, n_test=cfg.n_test)
-    net = build_model(cfg.model).to(device)
-    model: nn.Module = net
-    comm = None
-    if world > 1:
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        model = DDP(net, device_ids=[device.index] if device.type == "cuda" else None)
-        comm = TorchCommunicator()
+    net, model, comm = build_replica(cfg.model, device, world)
     n = data.x_train.shape[0]
     steps_per_epoch = max(1, n // cfg.batch_size)  # drop the last partial batch
     built = build_optimizers(cfg, model, steps_per_epoch, comm)
