@@ -10,6 +10,7 @@ through the run's tag.
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import uuid
@@ -21,6 +22,8 @@ from pyspark.broadcast import Broadcast
 from .core import TaskTicket
 from .task import TaskReport
 from .transport import TaskCall, _ThreadPoolTransport
+
+log = logging.getLogger(__name__)
 
 __all__ = ["BroadcastPublisher", "SparkTransport"]
 
@@ -120,10 +123,25 @@ class SparkTransport(_ThreadPoolTransport):
 
     def cancel(self, ticket: TaskTicket) -> None:
         super().cancel(ticket)
+        self._cancel_task_jobs(ticket.task_id, 0)
+
+    def _cancel_task_jobs(self, task_id: int, attempt: int) -> None:
+        # cancelJobsWithTag reaches only jobs the scheduler already holds: a cancel that lands
+        # between the dispatcher's last check and its runJob reaching the JVM would be lost (a
+        # 20 s straggler then runs to the end), so it is repeated while the task is in flight.
         with self._lock:
-            tag = self._tags.get(ticket.task_id)
-        if tag is not None:
+            tag = self._tags.get(task_id)
+        if tag is None:
+            return
+        self._cancel_tag(tag)
+        if attempt < len(RECANCEL_DELAYS):
+            _daemon_timer(RECANCEL_DELAYS[attempt], self._cancel_task_jobs, task_id, attempt + 1)
+
+    def _cancel_tag(self, tag: str) -> None:
+        try:
             self.sc.cancelJobsWithTag(tag)
+        except Exception:  # the context stopped meanwhile: nothing is left to cancel
+            log.debug("cancelJobsWithTag(%s) failed", tag, exc_info=True)
 
     def close(self, timeout: float = 30.0) -> None:
         if self._closed:
@@ -131,8 +149,23 @@ class SparkTransport(_ThreadPoolTransport):
         with self._lock:
             self._cancelled.update(self._tags)
         if hasattr(self, "run_tag"):
-            self.sc.cancelJobsWithTag(self.run_tag)
+            self._cancel_tag(self.run_tag)
+            for delay in RECANCEL_DELAYS:  # a job submitted during the first cancel
+                _daemon_timer(delay, self._recancel_run)
         super().close(timeout)
+
+    def _recancel_run(self) -> None:
+        if any(t.is_alive() for t in self._threads):
+            self._cancel_tag(self.run_tag)
+
+
+RECANCEL_DELAYS = (0.2, 1.0, 3.0)  # seconds after a cancel at which it is repeated
+
+
+def _daemon_timer(delay: float, fn: Any, *args: Any) -> None:
+    timer = threading.Timer(delay, fn, args=args)
+    timer.daemon = True
+    timer.start()
 
 
 class _CancelledBeforeStart(Exception):
