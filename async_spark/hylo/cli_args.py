@@ -67,6 +67,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--rank-ratio", type=float, default=0.1, help="rows kept by KIS/KID")
     p.add_argument("--inv-update-steps", type=int, default=10)
     p.add_argument(
+        "--fisher-window",
+        type=int,
+        default=1,
+        help="HyLo: kernel over the rows of the last W inverse updates (1 = the paper's)",
+    )
+    p.add_argument(
+        "--factor-decay",
+        type=float,
+        default=0.0,
+        help="kfac: running average of the factors, decay*old + (1-decay)*new (0 = newest only)",
+    )
+    p.add_argument(
         "--kid-epochs",
         type=_windows,
         default=None,
@@ -86,6 +98,6 @@ def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
     keys = (
         "model data optimizer epochs batch_size lr workers device seed out momentum weight_decay "
         "warmup_epochs lr_decay_epochs lr_decay damping damping_target rank_ratio "
-        "inv_update_steps kid_epochs switch_threshold kl_clip n_train n_test threads timeout"
+        "inv_update_steps fisher_window factor_decay kid_epochs switch_threshold kl_clip n_train n_test threads timeout"
     ).split()
     return {k: getattr(args, k) for k in keys}

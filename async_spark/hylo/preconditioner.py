@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,6 +65,17 @@ def supported_layer(module: nn.Module) -> bool:
 
 
 @dataclass
+class _Capture:
+    """One inverse update's gathered rows of a layer (kept for ``fisher_window``)."""
+
+    A: Tensor
+    G: Tensor
+    weights: list[Tensor] | None  # KID: each rank's W_p (r_p x r_p); None for SNGD and KIS
+    total: int  # rows the reductions started from, summed over ranks
+    method: str
+
+
+@dataclass
 class _Layer:
     name: str
     module: nn.Module
@@ -80,6 +92,7 @@ class _Layer:
     norm_sum: float = 0.0
     norm_count: int = 0
     counts: dict[str, int] = field(default_factory=dict)
+    window: deque[_Capture] = field(default_factory=deque)
 
     @property
     def weight(self) -> Tensor:
@@ -119,6 +132,13 @@ class HyLo:
         :class:`~async_spark.hylo.schedules.GeometricDamping`); read at each inverse update.
     inv_update_steps : int
         Steps between captures / inverse updates (>= 1); the inverses are reused in between.
+    fisher_window : int
+        Inverse updates whose gathered rows form each layer's kernel (>= 1).  With 1 (the
+        paper's) the Fisher estimate is the newest batch's; with W it is the average of the last
+        W batches' estimates (HyLo's counterpart of K-FAC's running-average factors): the kernel
+        has W times the rows, so its rank grows W-fold while each batch's reduction and the
+        all-gather stay the same; the build and inverse cost O((W m')^3).  A layer's window
+        restarts when its method changes (hybrid switching).
     layers : sequence of nn.Module or str, optional
         Explicit list of layers (modules or qualified names).  Each must be supported
         (:func:`supported_layer`).  By default, every supported layer of ``model``.
@@ -169,6 +189,7 @@ class HyLo:
         rank_ratio: float = 0.1,
         damping: float | Callable[[int], float] = 0.03,
         inv_update_steps: int = 1,
+        fisher_window: int = 1,
         layers: Sequence[nn.Module | str] | None = None,
         skip_layers: Sequence[str | type] = (),
         switch: str | SwitchRule = "auto",
@@ -200,6 +221,12 @@ class HyLo:
             or inv_update_steps < 1
         ):
             raise ValueError(f"inv_update_steps must be an integer >= 1, got {inv_update_steps!r}")
+        if (
+            isinstance(fisher_window, bool)
+            or not isinstance(fisher_window, int)
+            or fisher_window < 1
+        ):
+            raise ValueError(f"fisher_window must be an integer >= 1, got {fisher_window!r}")
         if assignment not in _ASSIGNMENTS:
             raise ValueError(f"assignment must be one of {_ASSIGNMENTS}, got {assignment!r}")
         if kl_clip is not None:
@@ -235,6 +262,7 @@ class HyLo:
         self.rank_ratio = float(rank_ratio)
         self.damping = damping
         self.inv_update_steps = inv_update_steps
+        self.fisher_window = fisher_window
         self.rule = rule
         self.comm = communicator if communicator is not None else LocalCommunicator()
         self.assignment = assignment
@@ -465,6 +493,31 @@ class HyLo:
         norm = layer.norm_sum / max(1, layer.norm_count)
         return self.rule.choose(layer.name, self.epoch, norm)
 
+    def _windowed(
+        self, layer: _Layer, capture: _Capture, lam: float
+    ) -> tuple[Tensor, Tensor, Tensor | None, int]:
+        """Append ``capture`` to the layer's window; its rows (and KID core) over the window."""
+        window = layer.window
+        if window and window[-1].method != capture.method:
+            window.clear()  # rows reduced by another method do not share one kernel
+        window.append(capture)
+        while len(window) > self.fisher_window:
+            window.popleft()
+        total = sum(c.total for c in window)
+        core = None
+        if capture.method == "kid":
+            # the window is one larger batch: its cores side by side, scaled by total / kept
+            weights = [w for c in window for w in (c.weights or [])]
+            core = kernels.kid_core(weights, lam, total)
+        if len(window) == 1:
+            return capture.A, capture.G, core, total
+        return (
+            torch.cat([c.A for c in window]),
+            torch.cat([c.G for c in window]),
+            core,
+            total,
+        )
+
     def _update_inverses(self) -> None:
         lam = self.current_damping()
         active = [ly for ly in self.layers if ly.A is not None and ly.G is not None]
@@ -525,12 +578,15 @@ class HyLo:
                     Ws.append(buf[o : o + r_p * r_p].reshape(r_p, r_p))
                     o += r_p * r_p
                 offsets[p] = o
-            A_all, G_all = torch.cat(As), torch.cat(Gs)
-            core = None
             idt = self.inverse_dtype or dtype
-            if methods[i] == "kid":
-                core = kernels.kid_core([w.to(idt) for w in Ws], lam, total)
-            gathered.append((A_all.to(idt), G_all.to(idt), core, total))
+            capture = _Capture(
+                A=torch.cat(As).to(idt),
+                G=torch.cat(Gs).to(idt),
+                weights=[w.to(idt) for w in Ws] if methods[i] == "kid" else None,
+                total=total,
+                method=methods[i],
+            )
+            gathered.append(self._windowed(layer, capture, lam))
         # 4. owners build and invert, then broadcast per owning rank
         costs = [
             inverse_cost(a.shape[0], layer.d_in, layer.d_out)
@@ -586,6 +642,16 @@ class HyLo:
             }
             if layer.inverse is not None:
                 entry.update(A=layer.A_all, G=layer.G_all, inverse=layer.inverse)
+            entry["window"] = [
+                {
+                    "A": c.A,
+                    "G": c.G,
+                    "weights": list(c.weights or []),
+                    "total": c.total,
+                    "method": c.method,
+                }
+                for c in layer.window
+            ]
             layers[layer.name] = entry
         return {
             "steps": self.steps,
@@ -629,4 +695,14 @@ class HyLo:
                 layer.inverse = entry["inverse"].to(dev)
             else:
                 layer.A_all = layer.G_all = layer.inverse = None
+            layer.window = deque(
+                _Capture(
+                    A=c["A"].to(dev),
+                    G=c["G"].to(dev),
+                    weights=[w.to(dev) for w in c["weights"]] if c["method"] == "kid" else None,
+                    total=int(c["total"]),
+                    method=str(c["method"]),
+                )
+                for c in entry.get("window", [])[-self.fisher_window :]
+            )
             layer.A = layer.G = None

@@ -75,7 +75,9 @@ class TrainConfig:
 
     ``lr=None`` takes a per-optimizer default; ``damping_target=None`` keeps the damping constant;
     ``kid_epochs=None`` uses the automatic hybrid switch (gradient-norm change), otherwise the
-    given epoch windows.
+    given epoch windows.  ``fisher_window`` (HyLo) keeps the rows of the last W inverse updates in
+    each kernel; ``factor_decay`` (K-FAC) keeps running averages of its Kronecker factors,
+    ``factor <- decay * factor + (1 - decay) * new`` (KAISA's convention; 0 keeps the newest only).
     """
 
     model: str = "cnn1d"
@@ -97,6 +99,8 @@ class TrainConfig:
     damping_target: float | None = None
     rank_ratio: float = 0.1
     inv_update_steps: int = 10
+    fisher_window: int = 1
+    factor_decay: float = 0.0
     kid_epochs: list[list[int]] | None = None
     switch_threshold: float = 0.1
     kl_clip: float | None = 1e-3
@@ -134,6 +138,23 @@ class TrainConfig:
             integer(name, lo)
         for name, lo in (("inv_update_steps", 1), ("n_train", 1), ("n_test", 1), ("threads", 1)):
             integer(name, lo)
+        integer("fisher_window", 1)
+        decay = self.factor_decay
+        if (
+            isinstance(decay, bool)
+            or not isinstance(decay, (int, float))
+            or not 0.0 <= float(decay) < 1.0
+        ):
+            raise ValueError(f"factor_decay must be a number in [0, 1), got {decay!r}")
+        if self.fisher_window > 1 and self.optimizer not in HYLO_METHODS:
+            raise ValueError(
+                f"fisher_window applies to the HyLo optimizers {tuple(HYLO_METHODS)}, "
+                f"got {self.fisher_window} with optimizer {self.optimizer!r}"
+            )
+        if decay and self.optimizer != "kfac":
+            raise ValueError(
+                f"factor_decay applies to optimizer 'kfac', got {decay} with {self.optimizer!r}"
+            )
         positive("lr", optional=True)
         positive("damping")
         positive("damping_target", optional=True)
@@ -314,6 +335,7 @@ def build_optimizers(
             rank_ratio=cfg.rank_ratio,
             damping=damping,
             inv_update_steps=cfg.inv_update_steps,
+            fisher_window=cfg.fisher_window,
             switch="auto" if cfg.kid_epochs is None else "epochs",
             kid_epochs=[tuple(w) for w in (cfg.kid_epochs or [])],  # type: ignore[misc]
             switch_threshold=cfg.switch_threshold,
@@ -477,6 +499,21 @@ def _clip_after_precondition(
     maker.precondition = clipped
 
 
+def _cpu_safe_nvtx() -> None:
+    """ASDL's running-average path opens ``torch.cuda.nvtx`` ranges, which raise on a CPU-only
+    torch build; give it no-op ranges there (profiling markers only, no effect on the math)."""
+    if torch.cuda.is_available():
+        return
+    import contextlib
+    import types
+
+    from asdl.precondition import natural_gradient
+
+    natural_gradient.nvtx = types.SimpleNamespace(  # type: ignore[attr-defined]
+        range=lambda *args, **kwargs: contextlib.nullcontext()
+    )
+
+
 def _asdl_maker(
     cfg: TrainConfig, net: nn.Module, batch: int, lr: Callable[[], float] | None = None
 ) -> Any:
@@ -492,7 +529,11 @@ def _asdl_maker(
             damping=cfg.damping,
             preconditioner_upd_interval=cfg.inv_update_steps,
             curvature_upd_interval=cfg.inv_update_steps,
+            # ASDL's ema_decay weighs the NEW factor (-1: no running average)
+            ema_decay=1.0 - cfg.factor_decay if cfg.factor_decay > 0 else -1,
         )
+        if cfg.factor_decay > 0:
+            _cpu_safe_nvtx()
         maker = asdl.KfacGradientMaker(net, pc, fisher_type="fisher_emp")
         if cfg.kl_clip is not None and lr is not None:
             _clip_after_precondition(maker, net, float(cfg.kl_clip), lr)

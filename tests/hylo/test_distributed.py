@@ -18,6 +18,7 @@ CONFIGS = [
     ("kid", 1.0, {}),
     ("hybrid", 1.0, {"switch": "auto"}),
     ("sngd", 1.0, {"assignment": "contiguous"}),
+    ("kid", 1.0, {"fisher_window": 2}),
 ]
 STEPS = 3
 GLOBAL_BATCH = 12

@@ -116,10 +116,11 @@ def test_cli_arguments_round_trip():
     parser = add_arguments(argparse.ArgumentParser())
     args = parser.parse_args(
         "--model resnet32 --data synthetic --optimizer kid --epochs 3 --batch-size 64 "
-        "--lr 0.2 --workers 2 --kid-epochs 0-2,5-6 --lr-decay-epochs 2".split()
+        "--lr 0.2 --workers 2 --kid-epochs 0-2,5-6 --lr-decay-epochs 2 --fisher-window 4".split()
     )
     cfg = config_from_args(args)
     assert cfg["kid_epochs"] == [[0, 2], [5, 6]] and cfg["lr_decay_epochs"] == [2]
+    assert cfg["fisher_window"] == 4 and cfg["factor_decay"] == 0.0
     TrainConfig(**cfg).validate()
     assert TrainConfig(**cfg).workers == 2
 
@@ -163,3 +164,57 @@ def test_kfac_baseline_is_kl_clipped_like_hylo():
     assert 0 < float(scale) < 1
     for a, b in zip(free, clipped, strict=True):
         torch.testing.assert_close(b, a * scale, rtol=1e-4, atol=1e-8)
+
+
+def test_kfac_factor_decay_is_asdl_running_average():
+    """factor_decay d: ASDL weighs the new factor by 1 - d (and runs on a CPU-only torch)."""
+    pytest.importorskip("asdl")
+    import torch.nn.functional as F
+    from asdl.core import SHAPE_KRON
+
+    from async_spark.hylo.models import build_model
+    from async_spark.hylo.train import _asdl_maker
+
+    def factors(decay, batches):
+        torch.manual_seed(0)
+        net = build_model("cnn1d")
+        cfg = TrainConfig(
+            model="cnn1d",
+            data="synthetic",
+            optimizer="kfac",
+            damping=0.1,
+            factor_decay=decay,
+            inv_update_steps=1,
+        )
+        maker = _asdl_maker(cfg, net, 16)
+        for seed in batches:
+            x = torch.randn(16, 1, 1, 40, generator=torch.Generator().manual_seed(seed))
+            y = torch.randint(0, 10, (16,), generator=torch.Generator().manual_seed(seed + 1))
+            dummy = maker.setup_model_call(net, x)
+            maker.setup_loss_call(F.cross_entropy, dummy, y)
+            maker.forward_and_backward()
+        kron = maker._get_module_symmatrix(net.linear, SHAPE_KRON)
+        return kron.A.clone(), kron.B.clone()
+
+    # no optimizer step: the weights, and so each batch's factors, stay put
+    # (ASDL keeps the factors only when it averages; one batch at 0.5 gives half its factors)
+    a1, b1 = (2 * f for f in factors(0.5, [1]))
+    a2, b2 = (2 * f for f in factors(0.5, [2]))
+    ra, rb = factors(0.75, [1, 2])
+    torch.testing.assert_close(ra, 0.75 * 0.25 * a1 + 0.25 * a2, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(rb, 0.75 * 0.25 * b1 + 0.25 * b2, rtol=1e-5, atol=1e-7)
+    assert not torch.allclose(a1, a2)
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"fisher_window": 0}, "fisher_window must be an integer >= 1"),
+        ({"fisher_window": 2, "optimizer": "kfac"}, "fisher_window applies to the HyLo"),
+        ({"factor_decay": 1.0, "optimizer": "kfac"}, r"factor_decay must be a number in \[0, 1\)"),
+        ({"factor_decay": 0.9, "optimizer": "hylo"}, "factor_decay applies to optimizer 'kfac'"),
+    ],
+)
+def test_curvature_memory_options_refused(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        TrainConfig(**kwargs).validate()
