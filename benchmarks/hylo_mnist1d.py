@@ -15,7 +15,11 @@ Fairness between the two amortized preconditioners (HyLo and K-FAC):
   (``kl_clip_scale``; its cost is on K-FAC's clock, as HyLo's is on HyLo's).  Without it K-FAC diverges at the dampings where it is
   fastest, which made earlier comparisons unfair.  ASDL's SMW-NGD fuses preconditioning into its
   backward pass and runs unclipped (it is reported, not part of the target);
-* the same damping grid, wide enough (0.003 .. 1) that each method's best point is inside it.
+* the same damping grid, wide enough (0.003 .. 1) that each method's best point is inside it;
+* one curvature-memory knob each, swept over the same number of values: HyLo's
+  ``fisher_window`` (its kernel holds the rows of the last W inverse updates; 1 is the paper's)
+  and K-FAC's ``factor_decay`` (running averages of the Kronecker factors, as KAISA keeps them;
+  0 is ASDL's default).
 
 1. A sweep per optimizer on a tuning seed (learning rate, and damping for the preconditioned
    ones); among the stable points (no divergence, final accuracy >= 85%) the one with the smallest
@@ -67,9 +71,15 @@ train_mod.load_dataset = functools.lru_cache(maxsize=None)(train_mod.load_datase
 
 
 def _run(
-    opt: str, lr: float, damping: float, seed: int, args: argparse.Namespace
+    opt: str,
+    lr: float,
+    damping: float,
+    seed: int,
+    args: argparse.Namespace,
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     cfg = {
+        **(extra or {}),
         "model": "cnn1d",
         "data": "builtin:mnist1d",
         "optimizer": opt,
@@ -116,6 +126,25 @@ def _fmt(v: float | None, width: int = 8) -> str:
     return f"{v:{width}.2f}" if v is not None else f"{'-':>{width}}"
 
 
+def _numbers(kind: type) -> Any:
+    def parse(text: str) -> list[Any]:
+        try:
+            return [kind(t) for t in text.split(",") if t]
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(f"expected numbers like '1,10', got {text!r}") from e
+
+    return parse
+
+
+def _memory(extra: dict[str, Any]) -> str:
+    """The curvature-memory setting of a grid point, for the tables."""
+    if "fisher_window" in extra:
+        return f"W={extra['fisher_window']}"
+    if "factor_decay" in extra:
+        return f"decay={extra['factor_decay']}"
+    return "-"
+
+
 def _median(v: list[float]) -> float | None:
     return statistics.median(v) if v else None
 
@@ -132,6 +161,18 @@ def main() -> None:
     ap.add_argument(
         "--kl-clip", type=float, default=KL_CLIP, help="HyLo and K-FAC alike; 0 turns it off"
     )
+    ap.add_argument(
+        "--fisher-windows",
+        type=_numbers(int),
+        default=[1, 10],
+        help="HyLo's fisher_window values to sweep (1 = the paper's)",
+    )
+    ap.add_argument(
+        "--factor-decays",
+        type=_numbers(float),
+        default=[0.0, 0.9],
+        help="K-FAC's running-average decays to sweep (0 = newest factors only)",
+    )
     ap.add_argument("--no-smw", action="store_true", help="skip ASDL's SMW-NGD (slowest)")
     ap.add_argument("--out", default=None, help="write every run's summary as JSON here")
     args = ap.parse_args()
@@ -141,51 +182,55 @@ def main() -> None:
     lrs = [0.1, 0.3] if args.quick else [0.03, 0.1, 0.3]
     sgd_lrs = [0.03, 0.1, 0.3] if args.quick else [0.03, 0.1, 0.3, 1.0]
     dampings = [0.01, 0.03, 0.1, 0.3] if args.quick else [0.003, 0.01, 0.03, 0.1, 0.3, 1.0]
-    grid = {
-        "sgd": [(lr, 0.03) for lr in sgd_lrs],
-        "hylo": list(itertools.product(lrs, dampings)),
-        "kfac": list(itertools.product(lrs, dampings)),
+    # the two amortized preconditioners each get one curvature-memory knob of the same size:
+    # HyLo's window of past rows, K-FAC's running average of factors (KAISA's factor_decay)
+    windows = [{"fisher_window": w} for w in args.fisher_windows]
+    decays = [{"factor_decay": d} for d in args.factor_decays]
+    grid: dict[str, list[tuple[float, float, dict[str, Any]]]] = {
+        "sgd": [(lr, 0.03, {}) for lr in sgd_lrs],
+        "hylo": list(itertools.product(lrs, dampings, windows)),
+        "kfac": list(itertools.product(lrs, dampings, decays)),
     }
     if not args.no_smw:
-        grid["smw"] = list(itertools.product(lrs, dampings))
+        grid["smw"] = [(lr, lam, {}) for lr, lam in itertools.product(lrs, dampings)]
     log: list[dict[str, Any]] = []
-    chosen: dict[str, tuple[float, float]] = {}
+    chosen: dict[str, tuple[float, float, dict[str, Any]]] = {}
     print(
         f"# sweep on seed {TUNE_SEED}, {args.epochs} epochs, batch {args.batch_size}, "
         f"inv_update_steps {args.inv_update_steps}, kl_clip {args.kl_clip} (HyLo, K-FAC), "
         f"warm-up {args.warmup_epochs} epochs, {args.threads} thread(s)"
     )
     print(
-        f"{'optimizer':<8}{'lr':>6}{'damping':>9}{'acc':>7}{'t85 s':>8}{'t90 s':>8}"
+        f"{'optimizer':<8}{'lr':>6}{'damping':>9}{'memory':>11}{'acc':>7}{'t85 s':>8}{'t90 s':>8}"
         f"{'ep85':>6}{'ms/ep':>7}{'wall s':>8}"
     )
     for opt, points in grid.items():
         best = None
-        for lr, lam in points:
-            s = _run(opt, lr, lam, TUNE_SEED, args)
+        for lr, lam, extra in points:
+            s = _run(opt, lr, lam, TUNE_SEED, args, extra)
             log.append({"phase": "sweep", **s})
             t = s["time_to_accuracy"]
             e85 = s["epochs_to_85"]
             print(
-                f"{opt:<8}{lr:>6}{lam:>9}{s['test_accuracy']:7.3f}{_fmt(t['0.85'])}"
+                f"{opt:<8}{lr:>6}{lam:>9}{_memory(extra):>11}{s['test_accuracy']:7.3f}{_fmt(t['0.85'])}"
                 f"{_fmt(t['0.9'])}{e85 if e85 is not None else '-':>6}"
                 f"{1e3 * s['epoch_seconds']:7.1f}{s['wall_seconds']:8.2f}"
                 + ("  diverged" if s["diverged"] else ""),
                 flush=True,
             )
             if best is None or _key(s) < _key(best[0]):
-                best = (s, (lr, lam))
+                best = (s, (lr, lam, extra))
         assert best is not None
         chosen[opt] = best[1]
     print("# evaluation seeds", seeds, "(each seed runs every optimizer back to back)")
     runs: dict[str, list[dict[str, Any]]] = {opt: [] for opt in chosen}
     for seed in seeds:
-        for opt, (lr, lam) in chosen.items():
-            s = _run(opt, lr, lam, seed, args)
+        for opt, (lr, lam, extra) in chosen.items():
+            s = _run(opt, lr, lam, seed, args, extra)
             log.append({"phase": "eval", **s})
             runs[opt].append(s)
     medians: dict[str, dict[str, float | None]] = {}
-    for opt, (lr, lam) in chosen.items():
+    for opt, (lr, lam, extra) in chosen.items():
         rs = runs[opt]
         t85 = [r["time_to_accuracy"]["0.85"] for r in rs if r["time_to_accuracy"]["0.85"]]
         t90 = [r["time_to_accuracy"]["0.9"] for r in rs if r["time_to_accuracy"]["0.9"]]
@@ -193,7 +238,7 @@ def main() -> None:
         medians[opt] = {"0.85": _median(t85), "0.9": _median(t90), "epochs_to_85": _median(e85)}
         m85, m90, me = medians[opt]["0.85"], medians[opt]["0.9"], medians[opt]["epochs_to_85"]
         print(
-            f"{opt:<6} lr={lr} damping={lam}: "
+            f"{opt:<6} lr={lr} damping={lam} {_memory(extra)}: "
             f"acc {statistics.median(r['test_accuracy'] for r in rs):.3f}, "
             f"t85 {_fmt(m85, 0)} s ({len(t85)}/{len(seeds)}), "
             f"t90 {_fmt(m90, 0)} s ({len(t90)}/{len(seeds)}), "

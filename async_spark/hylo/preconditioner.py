@@ -137,8 +137,9 @@ class HyLo:
         paper's) the Fisher estimate is the newest batch's; with W it is the average of the last
         W batches' estimates (HyLo's counterpart of K-FAC's running-average factors): the kernel
         has W times the rows, so its rank grows W-fold while each batch's reduction and the
-        all-gather stay the same; the build and inverse cost O((W m')^3).  A layer's window
-        restarts when its method changes (hybrid switching).
+        all-gather stay the same; the build and inverse cost O((W m')^3).  Under hybrid
+        switching a window can hold KID and KIS captures: it then uses KID's block-diagonal core,
+        in which a KIS capture's block is the one that reproduces its own formula.
     layers : sequence of nn.Module or str, optional
         Explicit list of layers (modules or qualified names).  Each must be supported
         (:func:`supported_layer`).  By default, every supported layer of ``model``.
@@ -498,16 +499,23 @@ class HyLo:
     ) -> tuple[Tensor, Tensor, Tensor | None, int]:
         """Append ``capture`` to the layer's window; its rows (and KID core) over the window."""
         window = layer.window
-        if window and window[-1].method != capture.method:
-            window.clear()  # rows reduced by another method do not share one kernel
         window.append(capture)
         while len(window) > self.fisher_window:
             window.popleft()
         total = sum(c.total for c in window)
         core = None
-        if capture.method == "kid":
-            # the window is one larger batch: its cores side by side, scaled by total / kept
-            weights = [w for c in window for w in (c.weights or [])]
+        if any(c.method == "kid" for c in window):
+            # KID's block-diagonal core over the window, as for one larger batch; a KIS (or
+            # SNGD) capture of r rows out of n enters as the block (n / r) I, which turns the
+            # core into its own lambda I when every capture keeps the same fraction of rows
+            weights: list[Tensor] = []
+            for c in window:
+                if c.weights is not None:
+                    weights += c.weights
+                else:
+                    m = c.A.shape[0]
+                    eye = torch.eye(m, dtype=c.A.dtype, device=c.A.device)
+                    weights.append(eye * (c.total / m))
             core = kernels.kid_core(weights, lam, total)
         if len(window) == 1:
             return capture.A, capture.G, core, total

@@ -92,22 +92,39 @@ def test_kid_window_at_full_rank_equals_sngd_window():
     assert kid.layers[0].A_all.shape[0] == 15
 
 
-def test_window_restarts_when_the_method_switches():
+def test_hybrid_window_mixes_kid_and_kis_captures():
+    # KID in epoch 0, KIS afterwards: the window keeps both; at full rank every capture is exact,
+    # so the mixed window equals SNGD's window
     torch.manual_seed(0)
     lin = nn.Linear(4, 3).double()
-    rule = EpochWindowRule([(0, 1)])  # KID in epoch 0, KIS afterwards
+    lin2 = nn.Linear(4, 3).double()
+    lin2.load_state_dict(lin.state_dict())
+    rule = EpochWindowRule([(0, 1)])
+    p = HyLo(lin, method="hybrid", switch=rule, rank_ratio=1.0, damping=0.1, fisher_window=3)
+    q = HyLo(lin2, method="sngd", damping=0.1, fisher_window=3)
+    for step in range(5):
+        if step == 2:
+            p.set_epoch(1)
+        x, y = _batch(step)
+        np.testing.assert_allclose(_step(lin, p, x, y), _step(lin2, q, x, y), rtol=1e-7, atol=1e-10)
+    assert [c.method for c in p.layers[0].window] == ["kis", "kis", "kis"]
+    assert p.layers[0].A_all.shape[0] == 15
+
+
+def test_hybrid_window_at_reduced_rank_keeps_every_capture():
+    torch.manual_seed(0)
+    lin = nn.Linear(4, 3).double()
+    rule = EpochWindowRule([(0, 1)])
     p = HyLo(lin, method="hybrid", switch=rule, rank_ratio=0.4, damping=0.1, fisher_window=4)
-    for step in range(2):
-        _step(lin, p, *_batch(step))
+    for step in range(4):
+        if step == 2:
+            p.set_epoch(1)
+        got = _step(lin, p, *_batch(step))
+        assert np.isfinite(got).all()
     layer = p.layers[0]
-    assert [c.method for c in layer.window] == ["kid", "kid"]
-    assert layer.A_all.shape[0] == 4  # two captures of r = ceil(0.4 * 5) = 2 rows
-    p.set_epoch(1)
-    _step(lin, p, *_batch(2))
-    assert [c.method for c in layer.window] == ["kis"]
-    assert layer.A_all.shape[0] == 2
-    _step(lin, p, *_batch(3))
-    assert layer.A_all.shape[0] == 4
+    assert [c.method for c in layer.window] == ["kid", "kid", "kis", "kis"]
+    assert layer.A_all.shape[0] == 8  # four captures of r = ceil(0.4 * 5) = 2 rows
+    assert layer.inverse.shape == (8, 8)
 
 
 @pytest.mark.parametrize("method", ["kid", "kis", "hybrid"])
