@@ -16,6 +16,7 @@ from .assignment import contiguous_assignment, greedy_assignment, inverse_cost, 
 from .comm import Communicator, LocalCommunicator, TorchCommunicator
 from .kernels import (
     kernel_matrix,
+    kid_block_inverses,
     kid_core,
     kid_direction,
     kid_select,
@@ -41,6 +42,7 @@ __all__ = [
     "kis_select",
     "kid_select",
     "kid_core",
+    "kid_block_inverses",
     "woodbury_inverse",
     "woodbury_apply",
     "Communicator",

@@ -63,6 +63,7 @@ __all__ = [
     "kis_select",
     "kid_select",
     "kid_core",
+    "kid_block_inverses",
     "woodbury_inverse",
     "woodbury_apply",
     "sngd_direction",
@@ -241,8 +242,12 @@ def kid_core(weights: Sequence[Tensor], damping: float, total_rows: int) -> Tens
         The matrix to pass as ``core`` to :func:`woodbury_inverse`.
     """
     kept = sum(int(w.shape[0]) for w in weights)
-    blocks = [torch.cholesky_inverse(torch.linalg.cholesky(_sym(w))) for w in weights]
-    return torch.block_diag(*blocks) * (damping * total_rows / kept)
+    return torch.block_diag(*kid_block_inverses(weights)) * (damping * total_rows / kept)
+
+
+def kid_block_inverses(weights: Sequence[Tensor]) -> list[Tensor]:
+    """``[W_1^{-1}, ..., W_P^{-1}]`` (by Cholesky): the unscaled blocks of :func:`kid_core`."""
+    return [torch.cholesky_inverse(torch.linalg.cholesky(_sym(w))) for w in weights]
 
 
 def _sym(M: Tensor) -> Tensor:

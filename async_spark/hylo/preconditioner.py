@@ -73,6 +73,20 @@ class _Capture:
     weights: list[Tensor] | None  # KID: each rank's W_p (r_p x r_p); None for SNGD and KIS
     total: int  # rows the reductions started from, summed over ranks
     method: str
+    _blocks: list[Tensor] | None = None
+
+    def core_blocks(self) -> list[Tensor]:
+        """This capture's unscaled blocks of KID's core (computed once, reused over the window):
+        ``W_p^{-1}`` per rank for KID; ``(m / n) I`` for a KIS or SNGD capture of m rows out of
+        n, the block with which KID's formula reproduces theirs."""
+        if self._blocks is None:
+            if self.weights is not None:
+                self._blocks = kernels.kid_block_inverses(self.weights)
+            else:
+                m = self.A.shape[0]
+                eye = torch.eye(m, dtype=self.A.dtype, device=self.A.device)
+                self._blocks = [eye * (m / self.total)]
+        return self._blocks
 
 
 @dataclass
@@ -505,18 +519,11 @@ class HyLo:
         total = sum(c.total for c in window)
         core = None
         if any(c.method == "kid" for c in window):
-            # KID's block-diagonal core over the window, as for one larger batch; a KIS (or
-            # SNGD) capture of r rows out of n enters as the block (n / r) I, which turns the
-            # core into its own lambda I when every capture keeps the same fraction of rows
-            weights: list[Tensor] = []
-            for c in window:
-                if c.weights is not None:
-                    weights += c.weights
-                else:
-                    m = c.A.shape[0]
-                    eye = torch.eye(m, dtype=c.A.dtype, device=c.A.device)
-                    weights.append(eye * (c.total / m))
-            core = kernels.kid_core(weights, lam, total)
+            # KID's block-diagonal core over the window, as for one larger batch (a KIS or SNGD
+            # capture enters with the block that turns the core into its own lambda I)
+            blocks = [b for c in window for b in c.core_blocks()]
+            kept = sum(c.A.shape[0] for c in window)
+            core = torch.block_diag(*blocks) * (lam * total / kept)
         if len(window) == 1:
             return capture.A, capture.G, core, total
         return (
