@@ -5,11 +5,14 @@ others still run):
 
 1. ``kernels``  -- SNGD / KID directions, the kernel matrix and the Woodbury inverse on CUDA agree
    with CPU in float64 (max relative error), and the float32 CUDA error against CPU float64;
-2. ``inverse``  -- inverse-update times of KIS / KID / SNGD / K-FAC on ResNet-50 layer shapes
+2. ``preconditioner`` -- the HyLo preconditioner (hooks, hybrid KID/KIS, ``fisher_window`` 3) on
+   a small Conv2d + Linear model: CUDA float64 directions against CPU float64, step by step;
+3. ``inverse``  -- inverse-update times of KIS / KID / SNGD / K-FAC on ResNet-50 layer shapes
    (``benchmarks/hylo_inverse.py``'s ``measure_layer``; local batch 32, P = 1 and 64);
-3. ``resnet32`` -- two epochs of ResNet-32 on CIFAR-shaped synthetic data, HyLo vs SGD
-   (``async_spark.hylo.train.train`` on ``cuda``): seconds per epoch and test accuracy;
-4. ``spark_stage`` -- a short HyLo run on the GPU barrier stage of a ``local-cluster[1,2,4096]``
+4. ``resnet32`` -- two epochs of ResNet-32 on CIFAR-shaped synthetic data, HyLo vs SGD
+   (``async_spark.hylo.train.train`` on ``cuda``; HyLo also with ``fisher_window`` 10): seconds
+   per epoch and test accuracy;
+5. ``spark_stage`` -- a short HyLo run on the GPU barrier stage of a ``local-cluster[1,2,4096]``
    whose worker discovers the GPUs with ``spark-conf/gpu/getGpusResources.sh``: the task must get
    its GPU from Spark's resource profile; then two ranks asking for 0.5 GPU each (one GPU, NCCL)
    must be refused with a clear error, not hang. Skipped without Java.
@@ -80,6 +83,45 @@ def check_kernels() -> dict[str, Any]:
     return out
 
 
+def check_preconditioner() -> dict[str, Any]:
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    from async_spark.hylo import HyLo
+    from async_spark.hylo.schedules import EpochWindowRule
+
+    def directions(device: str) -> list[Any]:
+        torch.manual_seed(0)
+        model = nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 8 * 8, 10)
+        ).to(device, torch.float64)
+        precond = HyLo(
+            model,
+            method="hybrid",
+            switch=EpochWindowRule([(0, 1)]),
+            rank_ratio=0.25,
+            damping=0.05,
+            fisher_window=3,
+        )
+        g = torch.Generator().manual_seed(1)
+        out = []
+        for step in range(5):
+            if step == 2:
+                precond.set_epoch(1)  # KID captures, then KIS ones, in one window
+            x = torch.randn(32, 3, 8, 8, generator=g, dtype=torch.float64).to(device)
+            y = torch.randint(0, 10, (32,), generator=g).to(device)
+            model.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            precond.step()
+            out.append(torch.cat([p.grad.reshape(-1) for p in model.parameters()]).cpu())
+        return out
+
+    cpu, gpu = directions("cpu"), directions("cuda")
+    errs = [_rel(a, b) for a, b in zip(gpu, cpu, strict=True)]
+    return {"step_rel_err": errs, "max_rel_err": max(errs), "ok": max(errs) < 1e-8}
+
+
 def check_inverse() -> dict[str, Any]:
     import torch
     from hylo_inverse import kfac_times, measure_layer
@@ -104,12 +146,13 @@ def check_resnet32(n_train: int, epochs: int) -> dict[str, Any]:
     from async_spark.hylo.train import train
 
     out: dict[str, Any] = {}
-    for opt in ("sgd", "hylo"):
+    for key, opt, window in (("sgd", "sgd", 1), ("hylo", "hylo", 1), ("hylo_w10", "hylo", 10)):
         s = train(
             {
                 "model": "resnet32",
                 "data": "synthetic",
                 "optimizer": opt,
+                "fisher_window": window,
                 "epochs": epochs,
                 "batch_size": 128,
                 "device": "cuda",
@@ -119,7 +162,7 @@ def check_resnet32(n_train: int, epochs: int) -> dict[str, Any]:
                 "threads": 4,
             }
         )
-        out[opt] = {
+        out[key] = {
             "test_accuracy": s["test_accuracy"],
             "train_seconds": s["wall_seconds"],
             "seconds_per_epoch": s["wall_seconds"] / max(1, s["epochs_run"]),
@@ -248,6 +291,7 @@ def main() -> int:
     skip = set(filter(None, args.skip.split(",")))
     sections = {
         "kernels": check_kernels,
+        "preconditioner": check_preconditioner,
         "inverse": check_inverse,
         "resnet32": lambda: check_resnet32(args.n_train, args.epochs),
         "spark_stage": check_spark_stage,
