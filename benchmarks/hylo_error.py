@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from async_spark.hylo import HyLo
 from async_spark.hylo import kernels as K
 from async_spark.hylo.data import load_dataset
+from async_spark.hylo.layers import grad_matrix
 from async_spark.hylo.models import CNN1D
 
 DAMPING = 0.03
@@ -39,7 +40,7 @@ def capture(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor):
     F.cross_entropy(model(x), y).backward()
     out = []
     for layer in p.layers:
-        g = p._grad_matrix(layer)
+        g = grad_matrix(layer)
         assert layer.A is not None and layer.G is not None and g is not None
         out.append((layer.name, layer.A.double(), layer.G.double(), g.double()))
     p.remove_hooks()

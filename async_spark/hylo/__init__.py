@@ -4,7 +4,9 @@ Mu, Soori, Can, Gurbuzbalaban, Mehri Dehnavi, "HyLo: a hybrid low-rank natural g
 method", SC22.
 
 - :mod:`~async_spark.hylo.kernels`: pure SNGD / KIS / KID functions on tensors
-- :class:`HyLo`: the preconditioner (hooks on Linear/Conv2d, ``step()`` rewrites ``.grad``)
+- :class:`HyLo`: the preconditioner (hooks on Linear/Conv2d, ``step()`` rewrites ``.grad``);
+  its per-layer plumbing in :mod:`~async_spark.hylo.layers` and the collective inverse update
+  (reduce, gather, ``fisher_window``, invert, broadcast) in :mod:`~async_spark.hylo.inverse_update`
 - :mod:`~async_spark.hylo.schedules`: damping decay, learning-rate warm-up, hybrid switch rules
 - :mod:`~async_spark.hylo.comm` / :mod:`~async_spark.hylo.assignment`: collectives behind a small
   interface (one process, torch.distributed) and layer-to-rank assignment by cost

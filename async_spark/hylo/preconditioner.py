@@ -29,16 +29,23 @@ import logging
 import math
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import kernels
-from .assignment import contiguous_assignment, greedy_assignment, inverse_cost
 from .comm import Communicator, LocalCommunicator
+from .inverse_update import update_inverses
+from .layers import (
+    Capture,
+    Layer,
+    grad_matrix,
+    layer_inputs,
+    layer_output_grads,
+    supported_layer,
+    write_grad,
+)
 from .schedules import EpochWindowRule, GradNormChangeRule, SwitchRule
 
 __all__ = ["HyLo", "METHODS", "kl_clip_scale", "supported_layer"]
@@ -48,76 +55,6 @@ log = logging.getLogger(__name__)
 METHODS = ("hybrid", "kid", "kis", "sngd")
 _SWITCHES = ("auto", "epochs")
 _ASSIGNMENTS = ("greedy", "contiguous")
-
-
-def supported_layer(module: nn.Module) -> bool:
-    """Whether HyLo can precondition ``module``: ``nn.Linear``, or ``nn.Conv2d`` with
-    ``groups == 1`` and ``padding_mode == "zeros"`` (and a non-string padding)."""
-    if isinstance(module, nn.Linear):
-        return True
-    if isinstance(module, nn.Conv2d):
-        return (
-            module.groups == 1
-            and module.padding_mode == "zeros"
-            and not isinstance(module.padding, str)
-        )
-    return False
-
-
-@dataclass
-class _Capture:
-    """One inverse update's gathered rows of a layer (kept for ``fisher_window``)."""
-
-    A: Tensor
-    G: Tensor
-    weights: list[Tensor] | None  # KID: each rank's W_p (r_p x r_p); None for SNGD and KIS
-    total: int  # rows the reductions started from, summed over ranks
-    method: str
-    _blocks: list[Tensor] | None = None
-
-    def core_blocks(self) -> list[Tensor]:
-        """This capture's unscaled blocks of KID's core (computed once, reused over the window):
-        ``W_p^{-1}`` per rank for KID; ``(m / n) I`` for a KIS or SNGD capture of m rows out of
-        n, the block with which KID's formula reproduces theirs."""
-        if self._blocks is None:
-            if self.weights is not None:
-                self._blocks = kernels.kid_block_inverses(self.weights)
-            else:
-                m = self.A.shape[0]
-                eye = torch.eye(m, dtype=self.A.dtype, device=self.A.device)
-                self._blocks = [eye * (m / self.total)]
-        return self._blocks
-
-
-@dataclass
-class _Layer:
-    name: str
-    module: nn.Module
-    d_in: int
-    d_out: int
-    A: Tensor | None = None  # captured local factors of the current update step
-    G: Tensor | None = None
-    # state of the last inverse update
-    A_all: Tensor | None = None
-    G_all: Tensor | None = None
-    inverse: Tensor | None = None
-    damping: float = 0.0
-    method: str = ""
-    norm_sum: float = 0.0
-    norm_count: int = 0
-    counts: dict[str, int] = field(default_factory=dict)
-    window: deque[_Capture] = field(default_factory=deque)
-
-    @property
-    def weight(self) -> Tensor:
-        w = self.module.weight
-        assert isinstance(w, Tensor)
-        return w
-
-    @property
-    def bias(self) -> Tensor | None:
-        b = getattr(self.module, "bias", None)
-        return b if isinstance(b, Tensor) else None
 
 
 def kl_clip_scale(pairs: Iterable[tuple[Tensor, Tensor]], lr: float, kl_clip: float) -> float:
@@ -300,7 +237,7 @@ class HyLo:
     # ---------------------------------------------------------------- layer selection and hooks
     def _select_layers(
         self, layers: Sequence[nn.Module | str] | None, skip: Sequence[str | type]
-    ) -> list[_Layer]:
+    ) -> list[Layer]:
         named = dict(self.model.named_modules())
         by_id = {id(m): n for n, m in named.items()}
         for s in skip:
@@ -347,7 +284,7 @@ class HyLo:
                 kh, kw = mod.kernel_size
                 d_in, d_out = mod.in_channels * kh * kw, mod.out_channels
             d_in += 1 if getattr(mod, "bias", None) is not None else 0
-            out.append(_Layer(name=name, module=mod, d_in=d_in, d_out=d_out))
+            out.append(Layer(name=name, module=mod, d_in=d_in, d_out=d_out))
         if not out:
             raise ValueError("layers: the model has no supported layer left to precondition")
         return out
@@ -359,69 +296,20 @@ class HyLo:
             and self.steps % self.inv_update_steps == 0
         )
 
-    def _make_hook(self, layer: _Layer) -> Callable[..., None]:
+    def _make_hook(self, layer: Layer) -> Callable[..., None]:
         def hook(module: nn.Module, inputs: tuple[Tensor, ...], output: Tensor) -> None:
             if not self._capturing() or not isinstance(output, Tensor) or not output.requires_grad:
                 return
             x = inputs[0].detach()
-            layer.A = self._inputs(module, x)
+            layer.A = layer_inputs(module, x)
             n = x.shape[0]
 
             def grad_hook(g: Tensor) -> None:
-                layer.G = self._output_grads(module, g.detach(), n)
+                layer.G = layer_output_grads(module, g.detach(), n, self.batch_averaged)
 
             output.register_hook(grad_hook)
 
         return hook
-
-    @staticmethod
-    def _inputs(module: nn.Module, x: Tensor) -> Tensor:
-        if isinstance(module, nn.Conv2d):
-            patches = F.unfold(
-                x,
-                module.kernel_size,
-                dilation=module.dilation,
-                padding=module.padding,  # type: ignore[arg-type]
-                stride=module.stride,
-            )
-            a = patches.mean(dim=2)
-        else:
-            a = x.reshape(x.shape[0], -1, x.shape[-1]).mean(dim=1)
-        if getattr(module, "bias", None) is not None:
-            a = torch.cat([a, a.new_ones(a.shape[0], 1)], dim=1)
-        return a
-
-    def _output_grads(self, module: nn.Module, g: Tensor, n: int) -> Tensor:
-        if isinstance(module, nn.Conv2d):
-            g = g.sum(dim=(2, 3))
-        else:
-            g = g.reshape(g.shape[0], -1, g.shape[-1]).sum(dim=1)
-        return g * n if self.batch_averaged else g
-
-    @staticmethod
-    def _grad_matrix(layer: _Layer) -> Tensor | None:
-        w = layer.weight
-        if w.grad is None:
-            return None
-        gm = w.grad.reshape(w.shape[0], -1)
-        b = layer.bias
-        if b is not None:
-            bg = b.grad if b.grad is not None else torch.zeros_like(b)
-            gm = torch.cat([gm, bg.unsqueeze(1)], dim=1)
-        return gm
-
-    @staticmethod
-    def _write_grad(layer: _Layer, direction: Tensor) -> None:
-        w = layer.weight
-        assert w.grad is not None
-        b = layer.bias
-        if b is not None:
-            w.grad.copy_(direction[:, :-1].reshape(w.shape))
-            if b.grad is None:
-                b.grad = torch.zeros_like(b)
-            b.grad.copy_(direction[:, -1])
-        else:
-            w.grad.copy_(direction.reshape(w.shape))
 
     # ---------------------------------------------------------------------- public interface
     def set_epoch(self, epoch: int) -> None:
@@ -453,7 +341,7 @@ class HyLo:
         collective operation: every rank must call ``step`` together).  Layers without a
         gradient are left alone; before the first inverse update gradients pass unchanged.
         """
-        grads = {layer.name: self._grad_matrix(layer) for layer in self.layers}
+        grads = {layer.name: grad_matrix(layer) for layer in self.layers}
         for layer in self.layers:
             g = grads[layer.name]
             if g is not None:
@@ -481,7 +369,7 @@ class HyLo:
         for layer in self.layers:
             if layer.name in directions:
                 d = directions[layer.name]
-                self._write_grad(layer, d * scale if scale != 1.0 else d)
+                write_grad(layer, d * scale if scale != 1.0 else d)
         for layer in self.layers:
             m = self.last_methods[layer.name]
             layer.counts[m] = layer.counts.get(m, 0) + 1
@@ -502,142 +390,27 @@ class HyLo:
         return kl_clip_scale(pairs, lr, self.kl_clip)
 
     # --------------------------------------------------------------------- inverse update
-    def _choose(self, layer: _Layer) -> str:
+    def _choose(self, layer: Layer) -> str:
         if self.method != "hybrid":
             return self.method
         norm = layer.norm_sum / max(1, layer.norm_count)
         return self.rule.choose(layer.name, self.epoch, norm)
 
-    def _windowed(
-        self, layer: _Layer, capture: _Capture, lam: float
-    ) -> tuple[Tensor, Tensor, Tensor | None, int]:
-        """Append ``capture`` to the layer's window; its rows (and KID core) over the window."""
-        window = layer.window
-        window.append(capture)
-        while len(window) > self.fisher_window:
-            window.popleft()
-        total = sum(c.total for c in window)
-        core = None
-        if any(c.method == "kid" for c in window):
-            # KID's block-diagonal core over the window, as for one larger batch (a KIS or SNGD
-            # capture enters with the block that turns the core into its own lambda I)
-            blocks = [b for c in window for b in c.core_blocks()]
-            kept = sum(c.A.shape[0] for c in window)
-            core = torch.block_diag(*blocks) * (lam * total / kept)
-        if len(window) == 1:
-            return capture.A, capture.G, core, total
-        return (
-            torch.cat([c.A for c in window]),
-            torch.cat([c.G for c in window]),
-            core,
-            total,
-        )
-
     def _update_inverses(self) -> None:
-        lam = self.current_damping()
         active = [ly for ly in self.layers if ly.A is not None and ly.G is not None]
-        comm = self.comm
-        # 1. local reduction of every captured layer, packed into one flat buffer
-        meta: list[int] = []
-        pieces: list[Tensor] = []
-        methods: list[str] = []
-        ref = active[0].A
-        assert ref is not None
-        dtype, device = ref.dtype, ref.device
+        update_inverses(
+            active,
+            self._choose,
+            comm=self.comm,
+            lam=self.current_damping(),
+            rank_ratio=self.rank_ratio,
+            generator=self.generator,
+            fisher_window=self.fisher_window,
+            assignment=self.assignment,
+            inverse_dtype=self.inverse_dtype,
+        )
         for layer in active:
-            assert layer.A is not None and layer.G is not None
-            A, G = layer.A.to(dtype), layer.G.to(dtype)
-            n = A.shape[0]
-            method = self._choose(layer)
-            methods.append(method)
-            if method == "sngd":
-                r = n
-                AS, GS, W = A, G, None
-            else:
-                r = min(n, max(1, math.ceil(self.rank_ratio * n)))
-                if method == "kis":
-                    idx = kernels.kis_select(A, G, r, self.generator)
-                    W = None
-                else:
-                    idx, W = kernels.kid_select(A, G, r)
-                AS, GS = A[idx], G[idx]
-            meta += [n, r]
-            pieces += [AS.reshape(-1), GS.reshape(-1)]
-            if W is not None:
-                pieces.append(W.reshape(-1))
             layer.norm_sum, layer.norm_count = 0.0, 0
-        buffer = torch.cat(pieces) if pieces else torch.zeros(0, dtype=dtype, device=device)
-        # 2. one all-gather of the counts, one of the rows (bucketed over layers)
-        if comm.world_size > 1:
-            counts = comm.all_gather_flat(torch.tensor(meta, dtype=torch.float64, device=device))
-            metas = [[int(v) for v in c.tolist()] for c in counts]
-            buffers = comm.all_gather_flat(buffer)
-        else:
-            metas, buffers = [meta], [buffer]
-        # 3. unpack every rank's rows per layer
-        offsets = [0] * comm.world_size
-        gathered: list[tuple[Tensor, Tensor, Tensor | None, int]] = []
-        for i, layer in enumerate(active):
-            As, Gs, Ws = [], [], []
-            total = 0
-            for p in range(comm.world_size):
-                n_p, r_p = metas[p][2 * i], metas[p][2 * i + 1]
-                total += n_p
-                o = offsets[p]
-                buf = buffers[p]
-                As.append(buf[o : o + r_p * layer.d_in].reshape(r_p, layer.d_in))
-                o += r_p * layer.d_in
-                Gs.append(buf[o : o + r_p * layer.d_out].reshape(r_p, layer.d_out))
-                o += r_p * layer.d_out
-                if methods[i] == "kid":
-                    Ws.append(buf[o : o + r_p * r_p].reshape(r_p, r_p))
-                    o += r_p * r_p
-                offsets[p] = o
-            idt = self.inverse_dtype or dtype
-            capture = _Capture(
-                A=torch.cat(As).to(idt),
-                G=torch.cat(Gs).to(idt),
-                weights=[w.to(idt) for w in Ws] if methods[i] == "kid" else None,
-                total=total,
-                method=methods[i],
-            )
-            gathered.append(self._windowed(layer, capture, lam))
-        # 4. owners build and invert, then broadcast per owning rank
-        costs = [
-            inverse_cost(a.shape[0], layer.d_in, layer.d_out)
-            for (a, _, _, _), layer in zip(gathered, active, strict=True)
-        ]
-        if self.assignment == "greedy":
-            owner = greedy_assignment(costs, comm.world_size)
-        else:
-            owner = contiguous_assignment(len(active), comm.world_size)
-        inverses: list[Tensor | None] = [None] * len(active)
-        for i, (A_all, G_all, core, _) in enumerate(gathered):
-            if owner[i] == comm.rank:
-                inverses[i] = kernels.woodbury_inverse(A_all, G_all, lam, core)
-        if comm.world_size > 1:
-            for src in range(comm.world_size):
-                mine = [i for i in range(len(active)) if owner[i] == src]
-                if not mine:
-                    continue
-                sizes = [gathered[i][0].shape[0] for i in mine]
-                idt = gathered[mine[0]][0].dtype
-                if src == comm.rank:
-                    flat = torch.cat([inverses[i].reshape(-1) for i in mine])  # type: ignore[union-attr]
-                else:
-                    flat = torch.empty(sum(s * s for s in sizes), dtype=idt, device=device)
-                flat = comm.broadcast(flat, src)
-                o = 0
-                for i, s in zip(mine, sizes, strict=True):
-                    inverses[i] = flat[o : o + s * s].reshape(s, s)
-                    o += s * s
-        # 5. store
-        for i, layer in enumerate(active):
-            layer.A_all, layer.G_all = gathered[i][0], gathered[i][1]
-            layer.inverse = inverses[i]
-            layer.damping = lam
-            layer.method = methods[i]
-            layer.A = layer.G = None
         self.inverse_updates += 1
 
     # ----------------------------------------------------------------------- state
@@ -657,16 +430,7 @@ class HyLo:
             }
             if layer.inverse is not None:
                 entry.update(A=layer.A_all, G=layer.G_all, inverse=layer.inverse)
-            entry["window"] = [
-                {
-                    "A": c.A,
-                    "G": c.G,
-                    "weights": list(c.weights or []),
-                    "total": c.total,
-                    "method": c.method,
-                }
-                for c in layer.window
-            ]
+            entry["window"] = [c.to_state() for c in layer.window]
             layers[layer.name] = entry
         return {
             "steps": self.steps,
@@ -711,13 +475,6 @@ class HyLo:
             else:
                 layer.A_all = layer.G_all = layer.inverse = None
             layer.window = deque(
-                _Capture(
-                    A=c["A"].to(dev),
-                    G=c["G"].to(dev),
-                    weights=[w.to(dev) for w in c["weights"]] if c["method"] == "kid" else None,
-                    total=int(c["total"]),
-                    method=str(c["method"]),
-                )
-                for c in entry.get("window", [])[-self.fisher_window :]
+                Capture.from_state(c, dev) for c in entry.get("window", [])[-self.fisher_window :]
             )
             layer.A = layer.G = None

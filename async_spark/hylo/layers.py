@@ -1,0 +1,173 @@
+"""Per-layer plumbing of the HyLo preconditioner: which layers, what is captured, the gradient.
+
+* :func:`supported_layer` -- Linear, and Conv2d with ``groups == 1`` and zero padding;
+* :func:`layer_inputs` / :func:`layer_output_grads` -- the rows a_i and g_i of one batch (a
+  Conv2d's unfolded patches averaged over the output positions, its output gradients summed
+  over them, so that g_i a_i^T approximates the per-sample weight gradient);
+* :func:`grad_matrix` / :func:`write_grad` -- a layer's gradient as one d_out x d_in matrix (bias
+  as the last column) and back;
+* :class:`Layer` -- what the preconditioner keeps per layer, and :class:`Capture` -- one inverse
+  update's gathered rows, kept for ``fisher_window``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from . import kernels
+
+__all__ = [
+    "Capture",
+    "Layer",
+    "grad_matrix",
+    "layer_inputs",
+    "layer_output_grads",
+    "supported_layer",
+    "write_grad",
+]
+
+
+def supported_layer(module: nn.Module) -> bool:
+    """Whether HyLo can precondition ``module``: ``nn.Linear``, or ``nn.Conv2d`` with
+    ``groups == 1`` and ``padding_mode == "zeros"`` (and a non-string padding)."""
+    if isinstance(module, nn.Linear):
+        return True
+    if isinstance(module, nn.Conv2d):
+        return (
+            module.groups == 1
+            and module.padding_mode == "zeros"
+            and not isinstance(module.padding, str)
+        )
+    return False
+
+
+@dataclass
+class Capture:
+    """One inverse update's gathered rows of a layer (kept for ``fisher_window``)."""
+
+    A: Tensor
+    G: Tensor
+    weights: list[Tensor] | None  # KID: each rank's W_p (r_p x r_p); None for SNGD and KIS
+    total: int  # rows the reductions started from, summed over ranks
+    method: str
+    _blocks: list[Tensor] | None = None
+
+    def core_blocks(self) -> list[Tensor]:
+        """This capture's unscaled blocks of KID's core (computed once, reused over the window):
+        ``W_p^{-1}`` per rank for KID; ``(m / n) I`` for a KIS or SNGD capture of m rows out of
+        n, the block with which KID's formula reproduces theirs."""
+        if self._blocks is None:
+            if self.weights is not None:
+                self._blocks = kernels.kid_block_inverses(self.weights)
+            else:
+                m = self.A.shape[0]
+                eye = torch.eye(m, dtype=self.A.dtype, device=self.A.device)
+                self._blocks = [eye * (m / self.total)]
+        return self._blocks
+
+    def to_state(self) -> dict[str, Any]:
+        """Tensors and plain values (``torch.load(..., weights_only=True)`` reads them)."""
+        return {
+            "A": self.A,
+            "G": self.G,
+            "weights": list(self.weights or []),
+            "total": self.total,
+            "method": self.method,
+        }
+
+    @staticmethod
+    def from_state(entry: dict[str, Any], device: torch.device) -> Capture:
+        return Capture(
+            A=entry["A"].to(device),
+            G=entry["G"].to(device),
+            weights=[w.to(device) for w in entry["weights"]] if entry["method"] == "kid" else None,
+            total=int(entry["total"]),
+            method=str(entry["method"]),
+        )
+
+
+@dataclass
+class Layer:
+    name: str
+    module: nn.Module
+    d_in: int
+    d_out: int
+    A: Tensor | None = None  # captured local factors of the current update step
+    G: Tensor | None = None
+    # state of the last inverse update
+    A_all: Tensor | None = None
+    G_all: Tensor | None = None
+    inverse: Tensor | None = None
+    damping: float = 0.0
+    method: str = ""
+    norm_sum: float = 0.0
+    norm_count: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
+    window: deque[Capture] = field(default_factory=deque)
+
+    @property
+    def weight(self) -> Tensor:
+        w = self.module.weight
+        assert isinstance(w, Tensor)
+        return w
+
+    @property
+    def bias(self) -> Tensor | None:
+        b = getattr(self.module, "bias", None)
+        return b if isinstance(b, Tensor) else None
+
+
+def layer_inputs(module: nn.Module, x: Tensor) -> Tensor:
+    if isinstance(module, nn.Conv2d):
+        patches = F.unfold(
+            x,
+            module.kernel_size,
+            dilation=module.dilation,
+            padding=module.padding,  # type: ignore[arg-type]
+            stride=module.stride,
+        )
+        a = patches.mean(dim=2)
+    else:
+        a = x.reshape(x.shape[0], -1, x.shape[-1]).mean(dim=1)
+    if getattr(module, "bias", None) is not None:
+        a = torch.cat([a, a.new_ones(a.shape[0], 1)], dim=1)
+    return a
+
+
+def layer_output_grads(module: nn.Module, g: Tensor, n: int, batch_averaged: bool) -> Tensor:
+    if isinstance(module, nn.Conv2d):
+        g = g.sum(dim=(2, 3))
+    else:
+        g = g.reshape(g.shape[0], -1, g.shape[-1]).sum(dim=1)
+    return g * n if batch_averaged else g
+
+
+def grad_matrix(layer: Layer) -> Tensor | None:
+    w = layer.weight
+    if w.grad is None:
+        return None
+    gm = w.grad.reshape(w.shape[0], -1)
+    b = layer.bias
+    if b is not None:
+        bg = b.grad if b.grad is not None else torch.zeros_like(b)
+        gm = torch.cat([gm, bg.unsqueeze(1)], dim=1)
+    return gm
+
+
+def write_grad(layer: Layer, direction: Tensor) -> None:
+    w = layer.weight
+    assert w.grad is not None
+    b = layer.bias
+    if b is not None:
+        w.grad.copy_(direction[:, :-1].reshape(w.shape))
+        if b.grad is None:
+            b.grad = torch.zeros_like(b)
+        b.grad.copy_(direction[:, -1])
+    else:
+        w.grad.copy_(direction.reshape(w.shape))
