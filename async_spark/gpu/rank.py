@@ -11,7 +11,6 @@ Every launcher (:mod:`.hylo_stage`, :mod:`.torchdist`) runs this function.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import asdict
 from typing import Any
 
@@ -37,9 +36,9 @@ def hylo_rank(
     import torch.distributed as dist
 
     from async_spark.hylo.data import Dataset
+    from async_spark.hylo.epochs import AccuracyLog, epoch_record, run_epoch
     from async_spark.hylo.train import (
         HYLO_METHODS,
-        THRESHOLDS,
         TrainConfig,
         build_optimizers,
         build_replica,
@@ -82,11 +81,18 @@ def hylo_rank(
     built = build_optimizers(cfg, model, steps_per_epoch, comm)
     opt, sched, precond = built.optimizer, built.scheduler, built.preconditioner
     gen = torch.Generator().manual_seed(cfg.seed + 1 + 7919 * rank)
+
+    def step_loss(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        loss, _, _ = loss_and_correct(task, model(x), y)
+        loss.backward()
+        if precond is not None:
+            precond.step()
+        return loss
+
     records: list[dict[str, Any]] = []
     train_seconds = 0.0
-    tta: dict[str, float | None] = {t: None for t in THRESHOLDS}
+    accuracy = AccuracyLog()
     acc: float | None = None
-    best = 0.0
     diverged = False
     epochs_run = 0
     for epoch in range(cfg.epochs):
@@ -94,58 +100,33 @@ def hylo_rank(
         if precond is not None:
             precond.set_epoch(epoch)
         perm = torch.randperm(n_local, generator=gen)
-        model.train()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        t0 = time.perf_counter()
-        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
-        for s in range(steps_per_epoch):
-            idx = perm[s * local : (s + 1) * local]
-            x, y = x_train[idx].to(device), y_train[idx].to(device)
-            opt.zero_grad(set_to_none=True)
-            loss, _, _ = loss_and_correct(task, model(x), y)
-            loss.backward()
-            if precond is not None:
-                precond.step()
-            opt.step()
-            sched.step()
-            loss_sum += loss.detach().to(torch.float64)
+        batches = (
+            (x_train[idx].to(device), y_train[idx].to(device))
+            for idx in (perm[s * local : (s + 1) * local] for s in range(steps_per_epoch))
+        )
+        result = run_epoch(model, opt, sched, batches, step_loss, device)
         if world > 1:  # every rank agrees on the epoch's loss (and on divergence)
-            dist.all_reduce(loss_sum, op=dist.ReduceOp.SUM)
-            loss_sum /= world
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        epoch_seconds = time.perf_counter() - t0
-        train_seconds += epoch_seconds
-        train_loss = float(loss_sum) / steps_per_epoch
+            dist.all_reduce(result.loss_sum, op=dist.ReduceOp.SUM)
+            result.loss_sum /= world
+        train_seconds += result.seconds
+        train_loss = float(result.loss_sum) / steps_per_epoch
         if not math.isfinite(train_loss):
             diverged = True
             acc = 0.0
             ctx.log(f"epoch {epoch + 1}: loss is not finite, stopping")
             break
-        record: dict[str, Any] = {
-            "epoch": epoch + 1,
-            "train_loss": train_loss,
-            "epoch_seconds": epoch_seconds,
-            "train_seconds": train_seconds,
-            "lr": float(opt.param_groups[0]["lr"]),
-        }
+        test_result = None
         if rank == 0 and test is not None:
-            test_loss, acc = evaluate(net, test, device, 512)
-            best = max(best, acc)
-            for t in THRESHOLDS:
-                if tta[t] is None and acc >= float(t):
-                    tta[t] = train_seconds
-            record["test_loss"] = test_loss
-            record["test_accuracy"] = acc
-        if precond is not None:
-            record["damping"] = precond.current_damping()
-            record["methods"] = precond.method_counts
-        records.append(record)
+            test_result = evaluate(net, test, device, 512)
+            acc = test_result[1]
+            accuracy.observe(acc, train_seconds)
+        records.append(
+            epoch_record(epoch + 1, train_loss, result, train_seconds, opt, precond, test_result)
+        )
         ctx.log(
             f"epoch {epoch + 1}/{cfg.epochs}: loss {train_loss:.4f}"
             + (f", test accuracy {acc:.4f}" if acc is not None else "")
-            + f", {epoch_seconds:.2f}s"
+            + f", {result.seconds:.2f}s"
         )
     if rank != 0:
         return {"rows": n_local}
@@ -159,8 +140,8 @@ def hylo_rank(
         "workers": world,
         "wall_seconds": train_seconds,
         "test_accuracy": acc,
-        "best_test_accuracy": best,
-        "time_to_accuracy": tta,
+        "best_test_accuracy": accuracy.best,
+        "time_to_accuracy": accuracy.time_to_accuracy,
         "device": str(device),
         "config": asdict(cfg),
     }

@@ -25,17 +25,18 @@ import json
 import math
 import os
 import tempfile
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .comm import TorchCommunicator
 from .data import DATASETS, Dataset, load_dataset
+from .epochs import THRESHOLDS, AccuracyLog, epoch_record, run_epoch
 from .preconditioner import HyLo, kl_clip_scale
 from .schedules import GeometricDamping, warmup_multistep
 
@@ -56,7 +57,6 @@ __all__ = [
 
 OPTIMIZERS = ("hylo", "kis", "kid", "sngd", "kfac", "smw", "sgd")
 MODELS = ("cnn1d", "resnet32", "unet")
-THRESHOLDS = ("0.8", "0.85", "0.9")
 HYLO_METHODS = {"hylo": "hybrid", "kis": "kis", "kid": "kid", "sngd": "sngd"}
 DEFAULT_LR = {
     "sgd": 0.1,
@@ -373,81 +373,53 @@ def _run(rank: int, world: int, params: dict[str, Any]) -> dict[str, Any]:
     if metrics_path:
         os.makedirs(cfg.out or ".", exist_ok=True)
         open(metrics_path, "w").close()
+    step_loss = _step_function(data.task, model, precond, maker)
     train_seconds = 0.0
-    tta: dict[str, float | None] = {t: None for t in THRESHOLDS}
-    acc, best = 0.0, 0.0
+    accuracy = AccuracyLog()
+    acc = 0.0
     diverged = False
     epochs_run = 0
     for epoch in range(cfg.epochs):
-        if diverged:
-            break
         epochs_run = epoch + 1
         if precond is not None:
             precond.set_epoch(epoch)
         perm = torch.randperm(n, generator=gen)
-        model.train()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        t0 = time.perf_counter()
-        loss_sum = 0.0
-        for s in range(steps_per_epoch):
-            idx = perm[s * cfg.batch_size : (s + 1) * cfg.batch_size]
-            idx = idx[rank * local : (rank + 1) * local]
-            x, y = data.x_train[idx].to(device), data.y_train[idx].to(device)
-            opt.zero_grad(set_to_none=True)
-            if maker is not None:
-                dummy = maker.setup_model_call(model, x)
-                loss_fn = (
-                    F.cross_entropy
-                    if data.task == "classification"
-                    else F.binary_cross_entropy_with_logits
-                )
-                maker.setup_loss_call(loss_fn, dummy, y)
-                try:
-                    _, loss = maker.forward_and_backward()
-                except torch.linalg.LinAlgError:  # the baseline's factors became non-finite
-                    diverged = True
-                    break
-            else:
-                loss, _, _ = loss_and_correct(data.task, model(x), y)
-                loss.backward()
-                if precond is not None:
-                    precond.step()
-            if not math.isfinite(float(loss.detach())):
-                diverged = True
-                break
-            opt.step()
-            sched.step()
-            loss_sum += float(loss.detach())
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        epoch_seconds = time.perf_counter() - t0
-        train_seconds += epoch_seconds
+        batches = (
+            (data.x_train[idx].to(device), data.y_train[idx].to(device))
+            for idx in (
+                perm[s * cfg.batch_size : (s + 1) * cfg.batch_size][
+                    rank * local : (rank + 1) * local
+                ]
+                for s in range(steps_per_epoch)
+            )
+        )
+        try:
+            result = run_epoch(model, opt, sched, batches, step_loss, device)
+        except torch.linalg.LinAlgError:
+            if world > 1:  # the other ranks wait in a collective: fail the whole launch
+                raise
+            diverged = True  # non-finite curvature factors
+            break
+        train_seconds += result.seconds
+        if world > 1:  # every rank agrees on the epoch's loss, and so on divergence
+            dist.all_reduce(result.loss_sum, op=dist.ReduceOp.SUM)
+            result.loss_sum /= world
+        train_loss = float(result.loss_sum) / result.steps
+        if not math.isfinite(train_loss):
+            diverged = True
+            break
         if rank != 0:
             continue
-        if diverged:
-            acc = 0.0
-            break
         test_loss, acc = evaluate(net, data, device, 512)
-        best = max(best, acc)
-        for t in THRESHOLDS:
-            if tta[t] is None and acc >= float(t):
-                tta[t] = train_seconds
-        record: dict[str, Any] = {
-            "epoch": epoch + 1,
-            "train_loss": loss_sum / steps_per_epoch,
-            "test_loss": test_loss,
-            "test_accuracy": acc,
-            "epoch_seconds": epoch_seconds,
-            "train_seconds": train_seconds,
-            "lr": float(opt.param_groups[0]["lr"]),
-        }
-        if precond is not None:
-            record["damping"] = precond.current_damping()
-            record["methods"] = precond.method_counts
+        accuracy.observe(acc, train_seconds)
+        record = epoch_record(
+            epoch + 1, train_loss, result, train_seconds, opt, precond, (test_loss, acc)
+        )
         if metrics_path:
             with open(metrics_path, "a") as f:
                 f.write(json.dumps(record) + "\n")
+    if diverged:
+        acc = 0.0
     summary: dict[str, Any] = {
         "optimizer": cfg.optimizer,
         "model": cfg.model,
@@ -458,8 +430,8 @@ def _run(rank: int, world: int, params: dict[str, Any]) -> dict[str, Any]:
         "workers": world,
         "wall_seconds": train_seconds,
         "test_accuracy": acc,
-        "best_test_accuracy": best,
-        "time_to_accuracy": tta,
+        "best_test_accuracy": accuracy.best,
+        "time_to_accuracy": accuracy.time_to_accuracy,
         "config": asdict(cfg),
     }
     if rank == 0 and cfg.out:
@@ -497,6 +469,34 @@ def _clip_after_precondition(
         return out
 
     maker.precondition = clipped
+
+
+def _step_function(
+    task: str, model: nn.Module, precond: HyLo | None, maker: Any
+) -> Callable[[Tensor, Tensor], Tensor]:
+    """Forward and backward of one batch (and HyLo's preconditioning, or ASDL's through its
+    gradient maker); returns the loss."""
+    if maker is not None:
+        loss_fn = (
+            F.cross_entropy if task == "classification" else F.binary_cross_entropy_with_logits
+        )
+
+        def asdl_step(x: Tensor, y: Tensor) -> Tensor:
+            dummy = maker.setup_model_call(model, x)
+            maker.setup_loss_call(loss_fn, dummy, y)
+            _, loss = maker.forward_and_backward()
+            return loss  # type: ignore[no-any-return]
+
+        return asdl_step
+
+    def step(x: Tensor, y: Tensor) -> Tensor:
+        loss, _, _ = loss_and_correct(task, model(x), y)
+        loss.backward()
+        if precond is not None:
+            precond.step()
+        return loss
+
+    return step
 
 
 def _cpu_safe_nvtx() -> None:

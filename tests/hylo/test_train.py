@@ -218,3 +218,25 @@ def test_kfac_factor_decay_is_asdl_running_average():
 def test_curvature_memory_options_refused(kwargs, match):
     with pytest.raises(ValueError, match=match):
         TrainConfig(**kwargs).validate()
+
+
+def test_divergence_is_reported_not_raised(tmp_path):
+    # a learning rate far too large: the loss becomes non-finite within the first epoch
+    s = train(
+        {
+            "model": "cnn1d",
+            "data": "synthetic",
+            "optimizer": "hylo",
+            "lr": 1e12,
+            "kl_clip": None,
+            "epochs": 3,
+            "batch_size": 64,
+            "n_train": 256,
+            "n_test": 64,
+            "out": str(tmp_path),
+        }
+    )
+    assert s["diverged"] is True and s["test_accuracy"] == 0.0
+    assert s["epochs_run"] == 1
+    assert json.loads((tmp_path / "summary.json").read_text())["diverged"] is True
+    assert (tmp_path / "metrics.jsonl").read_text() == ""  # no line for a diverged epoch
