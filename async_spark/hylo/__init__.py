@@ -13,6 +13,7 @@ method", SC22.
 - :mod:`~async_spark.hylo.models`, :mod:`~async_spark.hylo.data`: reference models and datasets
 - :func:`async_spark.hylo.train.train` and :mod:`~async_spark.hylo.cli_args`: the training entry;
   :mod:`~async_spark.hylo.epochs`: the epoch loop it shares with the Spark stage's ranks
+- :mod:`~async_spark.hylo.baselines`: ASDL's K-FAC and SMW-NGD, set up for a fair comparison
 """
 
 from .assignment import contiguous_assignment, greedy_assignment, inverse_cost, makespan

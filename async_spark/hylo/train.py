@@ -34,10 +34,11 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .baselines import asdl_maker, asdl_step_function
 from .comm import TorchCommunicator
 from .data import DATASETS, Dataset, load_dataset
 from .epochs import THRESHOLDS, AccuracyLog, epoch_record, run_epoch
-from .preconditioner import HyLo, kl_clip_scale
+from .preconditioner import HyLo
 from .schedules import GeometricDamping, warmup_multistep
 
 __all__ = [
@@ -365,7 +366,16 @@ def _run(rank: int, world: int, params: dict[str, Any]) -> dict[str, Any]:
     opt, sched, precond = built.optimizer, built.scheduler, built.preconditioner
     maker: Any = None
     if cfg.optimizer in ("kfac", "smw"):
-        maker = _asdl_maker(cfg, net, cfg.batch_size, lr=lambda: float(opt.param_groups[0]["lr"]))
+        maker = asdl_maker(
+            cfg.optimizer,
+            net,
+            cfg.batch_size,
+            damping=cfg.damping,
+            inv_update_steps=cfg.inv_update_steps,
+            factor_decay=cfg.factor_decay,
+            kl_clip=cfg.kl_clip,
+            lr=lambda: float(opt.param_groups[0]["lr"]),
+        )
 
     local = cfg.batch_size // world
     gen = torch.Generator().manual_seed(cfg.seed + 1)
@@ -444,50 +454,13 @@ def _run(rank: int, world: int, params: dict[str, Any]) -> dict[str, Any]:
     return summary
 
 
-def _clip_after_precondition(
-    maker: Any, net: nn.Module, kl_clip: float, lr: Callable[[], float]
-) -> None:
-    """K-FAC gets the KL clipping HyLo applies (KAISA clips K-FAC the same way), so the two are
-    compared with the same stabilizer: HyLo's formula (:func:`kl_clip_scale`), summed over every
-    trainable parameter ASDL preconditions (HyLo's sum covers its Linear/Conv2d layers)."""
-    params = [p for p in net.parameters() if p.requires_grad]
-    precondition = maker.precondition
-
-    def clipped(*args: Any, **kwargs: Any) -> Any:
-        raw = [None if p.grad is None else p.grad.clone() for p in params]
-        out = precondition(*args, **kwargs)
-        pairs = [
-            (p.grad, g)
-            for p, g in zip(params, raw, strict=True)
-            if p.grad is not None and g is not None
-        ]
-        scale = kl_clip_scale(pairs, lr(), kl_clip)
-        if scale < 1.0:
-            for p in params:
-                if p.grad is not None:
-                    p.grad.mul_(scale)
-        return out
-
-    maker.precondition = clipped
-
-
 def _step_function(
     task: str, model: nn.Module, precond: HyLo | None, maker: Any
 ) -> Callable[[Tensor, Tensor], Tensor]:
     """Forward and backward of one batch (and HyLo's preconditioning, or ASDL's through its
     gradient maker); returns the loss."""
     if maker is not None:
-        loss_fn = (
-            F.cross_entropy if task == "classification" else F.binary_cross_entropy_with_logits
-        )
-
-        def asdl_step(x: Tensor, y: Tensor) -> Tensor:
-            dummy = maker.setup_model_call(model, x)
-            maker.setup_loss_call(loss_fn, dummy, y)
-            _, loss = maker.forward_and_backward()
-            return loss  # type: ignore[no-any-return]
-
-        return asdl_step
+        return asdl_step_function(maker, model, task)
 
     def step(x: Tensor, y: Tensor) -> Tensor:
         loss, _, _ = loss_and_correct(task, model(x), y)
@@ -497,47 +470,3 @@ def _step_function(
         return loss
 
     return step
-
-
-def _cpu_safe_nvtx() -> None:
-    """ASDL's running-average path opens ``torch.cuda.nvtx`` ranges, which raise on a CPU-only
-    torch build; give it no-op ranges there (profiling markers only, no effect on the math)."""
-    if torch.cuda.is_available():
-        return
-    import contextlib
-    import types
-
-    from asdl.precondition import natural_gradient
-
-    natural_gradient.nvtx = types.SimpleNamespace(  # type: ignore[attr-defined]
-        range=lambda *args, **kwargs: contextlib.nullcontext()
-    )
-
-
-def _asdl_maker(
-    cfg: TrainConfig, net: nn.Module, batch: int, lr: Callable[[], float] | None = None
-) -> Any:
-    try:
-        import asdl
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            f"optimizer {cfg.optimizer!r} needs the 'asdfghjkl' package (import asdl)"
-        ) from e
-    if cfg.optimizer == "kfac":
-        pc = asdl.PreconditioningConfig(
-            data_size=batch,
-            damping=cfg.damping,
-            preconditioner_upd_interval=cfg.inv_update_steps,
-            curvature_upd_interval=cfg.inv_update_steps,
-            # ASDL's ema_decay weighs the NEW factor (-1: no running average)
-            ema_decay=1.0 - cfg.factor_decay if cfg.factor_decay > 0 else -1,
-        )
-        if cfg.factor_decay > 0:
-            _cpu_safe_nvtx()
-        maker = asdl.KfacGradientMaker(net, pc, fisher_type="fisher_emp")
-        if cfg.kl_clip is not None and lr is not None:
-            _clip_after_precondition(maker, net, float(cfg.kl_clip), lr)
-        return maker
-    return asdl.SmwEmpNaturalGradientMaker(
-        net, asdl.SmwEmpNaturalGradientConfig(data_size=batch, damping=cfg.damping)
-    )

@@ -142,16 +142,13 @@ def test_kfac_baseline_is_kl_clipped_like_hylo():
     pytest.importorskip("asdl")
     import torch.nn.functional as F
 
+    from async_spark.hylo.baselines import asdl_maker
     from async_spark.hylo.models import build_model
-    from async_spark.hylo.train import _asdl_maker
 
     def direction(kl_clip):
         torch.manual_seed(0)
         net = build_model("cnn1d")
-        cfg = TrainConfig(
-            model="cnn1d", data="synthetic", optimizer="kfac", damping=0.1, kl_clip=kl_clip
-        )
-        maker = _asdl_maker(cfg, net, 16, lr=lambda: 0.5)
+        maker = asdl_maker("kfac", net, 16, damping=0.1, kl_clip=kl_clip, lr=lambda: 0.5)
         x = torch.randn(16, 1, 1, 40, generator=torch.Generator().manual_seed(1))
         y = torch.randint(0, 10, (16,), generator=torch.Generator().manual_seed(2))
         dummy = maker.setup_model_call(net, x)
@@ -172,21 +169,13 @@ def test_kfac_factor_decay_is_asdl_running_average():
     import torch.nn.functional as F
     from asdl.core import SHAPE_KRON
 
+    from async_spark.hylo.baselines import asdl_maker
     from async_spark.hylo.models import build_model
-    from async_spark.hylo.train import _asdl_maker
 
     def factors(decay, batches):
         torch.manual_seed(0)
         net = build_model("cnn1d")
-        cfg = TrainConfig(
-            model="cnn1d",
-            data="synthetic",
-            optimizer="kfac",
-            damping=0.1,
-            factor_decay=decay,
-            inv_update_steps=1,
-        )
-        maker = _asdl_maker(cfg, net, 16)
+        maker = asdl_maker("kfac", net, 16, damping=0.1, factor_decay=decay, inv_update_steps=1)
         for seed in batches:
             x = torch.randn(16, 1, 1, 40, generator=torch.Generator().manual_seed(seed))
             y = torch.randint(0, 10, (16,), generator=torch.Generator().manual_seed(seed + 1))
