@@ -266,7 +266,7 @@ def fit_multiple(estimator: Any, dataset: Any, param_maps: Any) -> Any:
 
 def _log_fit(run: Any, params: _AsyncLinearParams, out: FitOutput) -> None:
     """The fit's MLflow run; a logging failure is a warning (the fitted model is not lost)."""
-    from async_spark.solvers.outputs import _json_bytes, _jsonl_bytes, atomic_write
+    from async_spark.solvers.outputs import atomic_write, json_bytes, jsonl_bytes
     from async_spark.solvers.tracking import log_linear_result
 
     result = out.result
@@ -277,10 +277,10 @@ def _log_fit(run: Any, params: _AsyncLinearParams, out: FitOutput) -> None:
             lambda fh: np.savez(fh, coefficients=out.weights, intercept=out.intercepts),
         )
         atomic_write(
-            os.path.join(folder, "summary.json"), lambda fh: fh.write(_json_bytes(result.summary()))
+            os.path.join(folder, "summary.json"), lambda fh: fh.write(json_bytes(result.summary()))
         )
         atomic_write(
-            os.path.join(folder, "trace.jsonl"), lambda fh: fh.write(_jsonl_bytes(result.trace))
+            os.path.join(folder, "trace.jsonl"), lambda fh: fh.write(jsonl_bytes(result.trace))
         )
 
     estimator = {f"estimator.{p.name}": v for p, v in params.extractParamMap().items()}

@@ -17,7 +17,7 @@ import numpy as np
 
 from async_spark.models.linear import split_params
 
-__all__ = ["atomic_write", "load_linear_model", "write_run"]
+__all__ = ["atomic_write", "json_bytes", "jsonl_bytes", "load_linear_model", "write_run"]
 
 
 def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], object]) -> None:
@@ -38,11 +38,13 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], obje
         raise
 
 
-def _json_bytes(obj: Any) -> bytes:
+def json_bytes(obj: Any) -> bytes:
+    """``obj`` as indented JSON with sorted keys (the format of ``summary.json``)."""
     return (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()
 
 
-def _jsonl_bytes(records: Iterable[dict[str, Any]]) -> bytes:
+def jsonl_bytes(records: Iterable[dict[str, Any]]) -> bytes:
+    """One JSON object per line (the format of ``trace.jsonl``)."""
     return b"".join((json.dumps(r) + "\n").encode() for r in records)
 
 
@@ -62,8 +64,8 @@ def write_run(result: Any, out_dir: str | os.PathLike[str]) -> None:
             classes=np.asarray(result.descriptor.classes or (), dtype=np.float64),
         ),
     )
-    atomic_write(out / "trace.jsonl", lambda fh: fh.write(_jsonl_bytes(trace)))
-    atomic_write(out / "summary.json", lambda fh: fh.write(_json_bytes(summary)))
+    atomic_write(out / "trace.jsonl", lambda fh: fh.write(jsonl_bytes(trace)))
+    atomic_write(out / "summary.json", lambda fh: fh.write(json_bytes(summary)))
 
 
 def load_linear_model(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
