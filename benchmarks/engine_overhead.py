@@ -5,6 +5,8 @@
 2. Driver-side cost per accepted result for a 10^5-dimension model, without Spark: the scheduler
    core's bookkeeping and policy (complete + advance + next_dispatches), and separately the cost of
    publishing a new version (history store + creating its broadcast).
+   Also how that bookkeeping scales with the number of blocks (P = 8, 128, 1024; fully
+   asynchronous and SSP with s = 2; results complete in a random order).
 3. Version publishing alternatives through Spark at 10^5 dimensions: one broadcast per version,
    the model inside the task closure, and a closure that carries only a sparse delta (1% of the
    coordinates; transport cost only — the engine does not publish deltas).
@@ -12,6 +14,7 @@
 Last line: ``RESULT engine_throughput_ratio <engine jobs/s / bare jobs/s>``.
 
 Usage: python benchmarks/engine_overhead.py [--quick] [--master local[2]] [--threads 4]
+       python benchmarks/engine_overhead.py --core-only   # the bookkeeping scaling alone, no Spark
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from async_spark.engine import (
     SchedulerCore,
     TaskStatus,
     build_session,
+    parse_policy,
 )
 from async_spark.engine.spark import BroadcastPublisher, SparkTransport
 
@@ -115,6 +119,31 @@ def driver_costs(dim: int, blocks: int, results: int) -> dict[str, float]:
     return {"bookkeeping_policy_ms": core_ms, "publish_store_ms": publish_ms}
 
 
+def core_scaling(results: int) -> dict[tuple[str, int], float]:
+    """Bookkeeping + policy per result (microseconds) by policy and number of blocks."""
+    out = {}
+    for policy in ("async", "ssp:2"):
+        for blocks in (8, 128, 1024):
+            core = SchedulerCore(blocks, parse_policy(policy))
+            rng = np.random.default_rng(0)
+            running = list(core.next_dispatches())
+            t0 = time.perf_counter()
+            for _ in range(results):
+                ticket = running.pop(int(rng.integers(len(running))))
+                if core.complete(ticket.task_id, TaskStatus.OK).accepted:
+                    core.advance()
+                running += core.next_dispatches()
+            out[(policy, blocks)] = (time.perf_counter() - t0) / results * 1e6
+    return out
+
+
+def _print_core_scaling(results: int) -> None:
+    table = core_scaling(results)
+    print("bookkeeping + policy per result vs blocks (no Spark, random completion order):")
+    for (policy, blocks), us in table.items():
+        print(f"  {policy:6s} P={blocks:<5d} {us:7.1f} us")
+
+
 def broadcast_create_ms(sc, dim: int, reps: int) -> float:
     pub = BroadcastPublisher(sc)
     w = np.random.default_rng(1).standard_normal(dim)
@@ -134,7 +163,11 @@ def main(argv: list[str] | None = None) -> float:
     ap.add_argument("--threads", type=int, default=4, help="driver threads = blocks in flight")
     ap.add_argument("--dim", type=int, default=100_000)
     ap.add_argument("--repeats", type=int, default=None, help="alternating measurement pairs")
+    ap.add_argument("--core-only", action="store_true", help="only the bookkeeping scaling")
     args = ap.parse_args(argv)
+    if args.core_only:
+        _print_core_scaling(5_000 if args.quick else 20_000)
+        return float("nan")
     seconds = 3.0 if args.quick else 8.0
     repeats = args.repeats or (3 if args.quick else 5)
 
@@ -172,6 +205,7 @@ def main(argv: list[str] | None = None) -> float:
         print(
             f"  creating a broadcast     {bc_ms:.3f} ms (d={args.dim}, when a task first needs it)"
         )
+        _print_core_scaling(5_000 if args.quick else 20_000)
 
         dim = args.dim
         w = np.random.default_rng(2).standard_normal(dim)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -100,6 +100,21 @@ class _Block:
         self.last_dispatch = -1  # task id of its latest dispatch (-1: never)
 
 
+class _Clocks:
+    """Read-only ``clocks[block]`` over the blocks, built in O(1) (no list of P clocks)."""
+
+    __slots__ = ("_blocks",)
+
+    def __init__(self, blocks: Sequence[_Block]) -> None:
+        self._blocks = blocks
+
+    def __getitem__(self, block: int) -> int:
+        return self._blocks[block].clock
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+
 class SchedulerCore:
     """Version clock, block states and policy decisions of an asynchronous run.
 
@@ -160,6 +175,9 @@ class SchedulerCore:
         self._idle: set[int] = set(range(num_blocks))
         self._failed: set[int] = set()
         self._given_up = 0
+        # SSP's clocks: how many live blocks have each finished-task count (at most s + 2
+        # distinct values under SSP), so the slowest live clock costs no scan of the blocks
+        self._live_clocks: Counter[int] = Counter({0: num_blocks})
         if (
             isinstance(initial_version, bool)
             or not isinstance(initial_version, int)
@@ -214,11 +232,7 @@ class SchedulerCore:
             # Least recently dispatched first, so no block starves when slots are fewer than blocks.
             idle = sorted(self._idle, key=lambda i: self._blocks[i].last_dispatch)
             retry_due = sorted(i for i in self._failed if self._blocks[i].retry_at <= now)
-            live_mask: list[bool] = []
-            clocks: list[int] = []
-            if self.policy.ssp is not None:  # only SSP compares clocks across blocks
-                live_mask = [b.status not in _GIVEN_UP for b in self._blocks]
-                clocks = [b.clock for b in self._blocks]
+            slowest = min(self._live_clocks) if self._live_clocks else 0
             # Retries bypass the barrier: a synchronous round waits for the failed block's result,
             # so holding its retry until the whole round is idle would never finish the round.
             retries = retry_due[: max(0, self.max_in_flight - self.in_flight)]
@@ -226,8 +240,8 @@ class SchedulerCore:
                 idle,
                 live_blocks=self.live_blocks,
                 running=self.in_flight + len(retries),
-                clocks=clocks,
-                live_mask=live_mask,
+                clocks=_Clocks(self._blocks),
+                slowest_clock=slowest,
                 max_in_flight=self.max_in_flight,
             )
             tickets = [self._dispatch(i, retry=True) for i in retries]
@@ -319,7 +333,7 @@ class SchedulerCore:
             elif status is TaskStatus.OK:
                 b.failures_in_row = 0
                 b.invalid_in_row = 0
-                b.clock += 1
+                self._tick(b)
                 self._set_status(block, BlockStatus.IDLE)
                 if duration is not None:
                     b.durations.append(float(duration))
@@ -345,6 +359,19 @@ class SchedulerCore:
                     self._set_status(block, BlockStatus.FAILED)
             return Decision(ticket=ticket, status=status, staleness=staleness, accepted=accepted)
 
+    def _tick(self, b: _Block) -> None:
+        """One more finished task for a live block (its SSP clock)."""
+        self._count_clock(b.clock, -1)
+        b.clock += 1
+        self._count_clock(b.clock, +1)
+
+    def _count_clock(self, clock: int, delta: int) -> None:
+        n = self._live_clocks[clock] + delta
+        if n:
+            self._live_clocks[clock] = n
+        else:
+            del self._live_clocks[clock]
+
     def _set_status(self, block: int, status: BlockStatus) -> None:
         b = self._blocks[block]
         old = b.status
@@ -356,12 +383,14 @@ class SchedulerCore:
             self._failed.discard(block)
         elif old in _GIVEN_UP:
             self._given_up -= 1
+            self._count_clock(b.clock, +1)
         if status is BlockStatus.IDLE:
             self._idle.add(block)
         elif status is BlockStatus.FAILED:
             self._failed.add(block)
         elif status in _GIVEN_UP:
             self._given_up += 1
+            self._count_clock(b.clock, -1)
         b.status = status
 
     # --- bookkeeping view -----------------------------------------------------------------------

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 __all__ = [
     "PartialBarrier",
@@ -31,6 +32,12 @@ __all__ = [
 
 class PolicyError(ValueError):
     """A policy parameter outside its allowed range, or a policy that could never dispatch."""
+
+
+class BlockClocks(Protocol):
+    """``clocks[block]``: a block's finished-task count (a list, or the core's O(1) view)."""
+
+    def __getitem__(self, block: int, /) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -165,8 +172,8 @@ class Policy:
         ready: Sequence[int],
         live_blocks: int,
         running: int,
-        clocks: Sequence[int],
-        live_mask: Sequence[bool],
+        clocks: BlockClocks,
+        slowest_clock: int,
         max_in_flight: int,
     ) -> list[int]:
         """Blocks to dispatch now.
@@ -176,8 +183,8 @@ class Policy:
         ready : block ids that are idle (or due for a retry), in preferred order
         live_blocks : number of blocks not given up
         running : tasks in flight
-        clocks : finished-task count per block (SSP)
-        live_mask : per block, False once the block is given up
+        clocks : finished-task count per block (SSP; read for the ready blocks only)
+        slowest_clock : the smallest finished-task count of a block not given up (SSP)
         max_in_flight : cap on tasks in flight
         """
         if not ready:
@@ -186,9 +193,7 @@ class Policy:
             return []
         chosen = list(ready)
         if self.ssp is not None:
-            live_clocks = [c for c, alive in zip(clocks, live_mask, strict=True) if alive]
-            slowest = min(live_clocks) if live_clocks else 0
-            chosen = [b for b in chosen if clocks[b] - slowest <= self.ssp.s]
+            chosen = [b for b in chosen if clocks[b] - slowest_clock <= self.ssp.s]
         room = max(0, max_in_flight - running)
         return chosen[:room]
 

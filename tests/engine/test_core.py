@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pytest
 
@@ -193,6 +195,8 @@ def test_incremental_block_sets_match_a_full_scan(policy):
         given_up = {BlockStatus.DEAD, BlockStatus.QUARANTINED}
         assert core.live_blocks == sum(s not in given_up for s in statuses)
         assert core.in_flight == sum(s is BlockStatus.RUNNING for s in statuses)
+        live_clocks = [core._blocks[i].clock for i, s in enumerate(statuses) if s not in given_up]
+        assert core._live_clocks == Counter(live_clocks)
         if core.live_blocks == 0:
             break
     assert core.counts["dispatched"] > 50

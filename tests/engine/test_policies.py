@@ -44,7 +44,7 @@ def test_parse_round_trip():
 
 def _select(policy, ready, live=8, running=0, clocks=None, max_in_flight=8):
     clocks = clocks if clocks is not None else [0] * live
-    return policy.select(ready, live, running, clocks, [True] * live, max_in_flight)
+    return policy.select(ready, live, running, clocks, min(clocks), max_in_flight)
 
 
 def test_partial_barrier_waits_for_ceil_beta_p():
