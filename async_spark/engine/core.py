@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -178,6 +178,8 @@ class SchedulerCore:
         # SSP's clocks: how many live blocks have each finished-task count (at most s + 2
         # distinct values under SSP), so the slowest live clock costs no scan of the blocks
         self._live_clocks: Counter[int] = Counter({0: num_blocks})
+        # and the idle blocks by clock, so SSP looks only at those it may dispatch
+        self._idle_by_clock: dict[int, set[int]] = {0: set(range(num_blocks))}
         if (
             isinstance(initial_version, bool)
             or not isinstance(initial_version, int)
@@ -230,9 +232,15 @@ class SchedulerCore:
         with self._lock:
             now = self._clock()
             # Least recently dispatched first, so no block starves when slots are fewer than blocks.
-            idle = sorted(self._idle, key=lambda i: self._blocks[i].last_dispatch)
-            retry_due = sorted(i for i in self._failed if self._blocks[i].retry_at <= now)
             slowest = min(self._live_clocks) if self._live_clocks else 0
+            candidates: Iterable[int] = self._idle
+            if self.policy.ssp is not None:  # blocks ahead of the bound wait: skip them unsorted
+                limit = slowest + self.policy.ssp.s
+                candidates = [
+                    i for c, ids in self._idle_by_clock.items() if c <= limit for i in ids
+                ]
+            idle = sorted(candidates, key=lambda i: self._blocks[i].last_dispatch)
+            retry_due = sorted(i for i in self._failed if self._blocks[i].retry_at <= now)
             # Retries bypass the barrier: a synchronous round waits for the failed block's result,
             # so holding its retry until the whole round is idle would never finish the round.
             retries = retry_due[: max(0, self.max_in_flight - self.in_flight)]
@@ -379,6 +387,10 @@ class SchedulerCore:
             return
         if old is BlockStatus.IDLE:
             self._idle.discard(block)
+            same_clock = self._idle_by_clock[b.clock]
+            same_clock.discard(block)
+            if not same_clock:
+                del self._idle_by_clock[b.clock]
         elif old is BlockStatus.FAILED:
             self._failed.discard(block)
         elif old in _GIVEN_UP:
@@ -386,6 +398,7 @@ class SchedulerCore:
             self._count_clock(b.clock, +1)
         if status is BlockStatus.IDLE:
             self._idle.add(block)
+            self._idle_by_clock.setdefault(b.clock, set()).add(block)
         elif status is BlockStatus.FAILED:
             self._failed.add(block)
         elif status in _GIVEN_UP:

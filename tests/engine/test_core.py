@@ -197,6 +197,10 @@ def test_incremental_block_sets_match_a_full_scan(policy):
         assert core.in_flight == sum(s is BlockStatus.RUNNING for s in statuses)
         live_clocks = [core._blocks[i].clock for i, s in enumerate(statuses) if s not in given_up]
         assert core._live_clocks == Counter(live_clocks)
+        by_clock: dict[int, set[int]] = {}
+        for i in core._idle:
+            by_clock.setdefault(core._blocks[i].clock, set()).add(i)
+        assert core._idle_by_clock == by_clock
         if core.live_blocks == 0:
             break
     assert core.counts["dispatched"] > 50
