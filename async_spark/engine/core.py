@@ -232,13 +232,16 @@ class SchedulerCore:
         with self._lock:
             now = self._clock()
             # Least recently dispatched first, so no block starves when slots are fewer than blocks.
-            slowest = min(self._live_clocks) if self._live_clocks else 0
+            slowest = 0
             candidates: Iterable[int] = self._idle
-            if self.policy.ssp is not None:  # blocks ahead of the bound wait: skip them unsorted
-                limit = slowest + self.policy.ssp.s
-                candidates = [
-                    i for c, ids in self._idle_by_clock.items() if c <= limit for i in ids
-                ]
+            if self.policy.ssp is not None:  # only SSP compares clocks across blocks
+                slowest = min(self._live_clocks) if self._live_clocks else 0
+                if self.policy.barrier is None:  # (a barrier counts every idle block)
+                    # blocks ahead of the bound wait: leave them out, unsorted
+                    limit = slowest + self.policy.ssp.s
+                    candidates = [
+                        i for c, ids in self._idle_by_clock.items() if c <= limit for i in ids
+                    ]
             idle = sorted(candidates, key=lambda i: self._blocks[i].last_dispatch)
             retry_due = sorted(i for i in self._failed if self._blocks[i].retry_at <= now)
             # Retries bypass the barrier: a synchronous round waits for the failed block's result,

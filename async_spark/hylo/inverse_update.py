@@ -33,6 +33,8 @@ def append_to_window(
 ) -> tuple[Tensor, Tensor, Tensor | None, int]:
     """Append ``capture`` to the layer's window; its rows (and KID core) over the window."""
     window = layer.window
+    if window and (window[-1].A.device, window[-1].A.dtype) != (capture.A.device, capture.A.dtype):
+        window.clear()  # the model (or inverse_dtype) moved: older rows would not combine
     window.append(capture)
     while len(window) > fisher_window:
         window.popleft()
@@ -65,12 +67,25 @@ def update_inverses(
     fisher_window: int,
     assignment: str,
     inverse_dtype: torch.dtype | None,
-) -> None:
+) -> bool:
     """Update the inverses of the ``active`` layers (those with captured ``A`` and ``G``).
 
     ``choose(layer)`` names the layer's method ("sngd", "kis" or "kid") for this update. Every
-    rank must call this together, with the same layers.
+    rank must call this together, with the same layers.  If any rank captured a non-finite row
+    (a diverging run), every rank skips the update and keeps its inverses: returns ``False``.
     """
+    flags = [
+        torch.isfinite(ly.A).all() & torch.isfinite(ly.G).all()
+        for ly in active
+        if ly.A is not None and ly.G is not None
+    ]
+    finite = torch.stack(flags).all().to(torch.float64).reshape(1)
+    if comm.world_size > 1:  # every rank must take the same branch (the collectives below)
+        finite = torch.cat(comm.all_gather_flat(finite)).min().reshape(1)
+    if not bool(finite > 0):
+        for layer in active:
+            layer.A = layer.G = None
+        return False
     # 1. local reduction of every captured layer, packed into one flat buffer
     meta: list[int] = []
     pieces: list[Tensor] = []
@@ -130,7 +145,8 @@ def update_inverses(
         capture = Capture(
             A=torch.cat(As).to(idt),
             G=torch.cat(Gs).to(idt),
-            weights=[w.to(idt) for w in Ws] if methods[i] == "kid" else None,
+            # copies: a slice would keep the whole gathered buffer alive in the window
+            weights=[w.to(idt, copy=True) for w in Ws] if methods[i] == "kid" else None,
             total=total,
             method=methods[i],
         )
@@ -171,3 +187,4 @@ def update_inverses(
         layer.damping = lam
         layer.method = methods[i]
         layer.A = layer.G = None
+    return True

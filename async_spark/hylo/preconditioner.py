@@ -90,7 +90,10 @@ class HyLo:
         has W times the rows, so its rank grows W-fold while each batch's reduction and the
         all-gather stay the same; the build and inverse cost O((W m')^3).  Under hybrid
         switching a window can hold KID and KIS captures: it then uses KID's block-diagonal core,
-        in which a KIS capture's block is the one that reproduces its own formula.
+        in which a KIS capture's block is the one that reproduces its own formula.  The window
+        holds a layer's last W captures (a layer with no gradient at an update keeps its
+        window as it is); it restarts when the layer's device or dtype changes.  An update
+        that captured non-finite rows on any rank is skipped by every rank.
     layers : sequence of nn.Module or str, optional
         Explicit list of layers (modules or qualified names).  Each must be supported
         (:func:`supported_layer`).  By default, every supported layer of ``model``.
@@ -398,7 +401,7 @@ class HyLo:
 
     def _update_inverses(self) -> None:
         active = [ly for ly in self.layers if ly.A is not None and ly.G is not None]
-        update_inverses(
+        updated = update_inverses(
             active,
             self._choose,
             comm=self.comm,
@@ -409,6 +412,13 @@ class HyLo:
             assignment=self.assignment,
             inverse_dtype=self.inverse_dtype,
         )
+        if not updated:
+            log.warning(
+                "HyLo step %d: non-finite layer inputs or output gradients (a diverging run?); "
+                "inverse update skipped, the previous inverses are kept",
+                self.steps,
+            )
+            return
         for layer in active:
             layer.norm_sum, layer.norm_count = 0.0, 0
         self.inverse_updates += 1

@@ -204,3 +204,20 @@ def test_incremental_block_sets_match_a_full_scan(policy):
         if core.live_blocks == 0:
             break
     assert core.counts["dispatched"] > 50
+
+
+def test_barrier_with_ssp_counts_held_back_idle_blocks():
+    """Idle blocks ahead of the SSP bound still count toward a partial barrier (a review found
+    that leaving them out stalled the run: every block idle and nothing dispatched)."""
+    from async_spark.engine import parse_policy
+
+    core = SchedulerCore(4, parse_policy("barrier:0.5+ssp:1"))
+    t = {x.block: x for x in core.next_dispatches()}
+    core.complete(t[3].task_id, TaskStatus.CANCELLED)
+    for b in (0, 1, 2):
+        core.complete(t[b].task_id, TaskStatus.OK)
+    t = {x.block: x for x in core.next_dispatches()}
+    assert sorted(t) == [0, 1, 2, 3]
+    core.complete(t[3].task_id, TaskStatus.CANCELLED)
+    core.complete(t[0].task_id, TaskStatus.OK)  # clocks 2, 1, 1, 0: block 0 is held back
+    assert [x.block for x in core.next_dispatches()] == [3]

@@ -75,7 +75,26 @@ def _worker(rank, world, out_dir):
     # low rank KIS: ranks sample differently but must agree on the update
     results["kis_low"] = _train("kis", 0.5, {}, rank, world, comm)[0]
     results["bytes"] = torch.tensor([comm.bytes_sent])
+    results["nan_updates"] = torch.tensor([_nan_on_rank0(rank, world, comm)])
     torch.save(results, f"{out_dir}/rank{rank}.pt")
+
+
+def _nan_on_rank0(rank, world, comm):
+    """Rank 0 feeds a non-finite input at the second step: every rank must skip that inverse
+    update together (no hang, no error) and keep its first inverses."""
+    torch.manual_seed(0)
+    model = DDP(Net())
+    precond = HyLo(model, method="kid", rank_ratio=0.5, damping=0.05, communicator=comm)
+    per = GLOBAL_BATCH // world
+    for step in range(2):
+        x, y = _batch(step)
+        x, y = x[rank * per : (rank + 1) * per].clone(), y[rank * per : (rank + 1) * per]
+        if step == 1 and rank == 0:
+            x[0, 0, 0, 0] = float("nan")
+        model.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        precond.step()
+    return precond.inverse_updates
 
 
 @pytest.mark.parametrize("world", [2, 4])
@@ -90,3 +109,4 @@ def test_processes_match_one_process(world, tmp_path):
     for r in range(1, world):
         torch.testing.assert_close(res[r]["kis_low"], res[0]["kis_low"], rtol=1e-6, atol=1e-7)
     assert all(int(res[r]["bytes"]) > 0 for r in range(world))
+    assert all(int(res[r]["nan_updates"]) == 1 for r in range(world))

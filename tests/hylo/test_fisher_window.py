@@ -155,3 +155,36 @@ def test_state_dict_round_trip_keeps_the_window(method):
 def test_bad_window_refused(bad):
     with pytest.raises(ValueError, match="fisher_window must be an integer >= 1"):
         HyLo(nn.Linear(2, 2), fisher_window=bad)
+
+
+def test_non_finite_capture_skips_the_update_and_keeps_the_inverses(caplog):
+    torch.manual_seed(0)
+    lin = nn.Linear(4, 3).double()
+    p = HyLo(lin, method="kid", rank_ratio=0.6, damping=0.1, fisher_window=2)
+    _step(lin, p, *_batch(0))
+    inverse, rows = p.layers[0].inverse.clone(), p.layers[0].A_all.clone()
+    x, y = _batch(1)
+    x[2, 1] = float("nan")  # a diverging run: non-finite inputs and output gradients
+    with caplog.at_level("WARNING", logger="async_spark.hylo.preconditioner"):
+        _step(lin, p, x, y)  # no LinAlgError from the reduction
+    assert p.inverse_updates == 1 and p.steps == 2
+    assert torch.equal(p.layers[0].inverse, inverse) and torch.equal(p.layers[0].A_all, rows)
+    assert len(p.layers[0].window) == 1
+    assert "inverse update skipped" in caplog.text
+    _step(lin, p, *_batch(2))  # finite again: updates resume
+    assert p.inverse_updates == 2 and len(p.layers[0].window) == 2
+
+
+def test_window_keeps_its_own_copies_and_restarts_on_a_dtype_change():
+    torch.manual_seed(0)
+    lin = nn.Linear(4, 3)  # float32
+    p = HyLo(lin, method="kid", rank_ratio=0.6, damping=0.1, fisher_window=3)
+    x, y = _batch(0)
+    lin.zero_grad()
+    F.cross_entropy(lin(x.float()), y).backward()
+    p.step()
+    for w in p.layers[0].window[0].weights:  # not a view into the update's gathered buffer
+        assert w.untyped_storage().nbytes() == w.numel() * w.element_size()
+    lin.double()
+    _step(lin, p, *_batch(1))
+    assert [c.A.dtype for c in p.layers[0].window] == [torch.float64]
