@@ -211,7 +211,11 @@ def test_sigterm_stops_cleanly_with_exit_143_and_a_final_checkpoint(tmp_path):
     assert load_latest(out).updates == summary["updates"]  # the final state is checkpointed
 
 
-def test_resumed_asynchronous_run_ends_within_the_run_to_run_spread(tmp_path, cancer):
+def test_resumed_asynchronous_run_ends_where_uninterrupted_runs_end(tmp_path, cancer):
+    """Asynchronous runs differ run to run (thread timing), so a resumed one is compared with
+    the spread of uninterrupted ones, while the objective still falls clearly: a resume that
+    lost its state would end where the runs stood at the cut, a full gap away."""
+
     def final(out, updates, resume=None):
         cfg = _cfg(
             out,
@@ -223,10 +227,10 @@ def test_resumed_asynchronous_run_ends_within_the_run_to_run_spread(tmp_path, ca
         )
         return train_linear(cfg, dataset=cancer, resume=resume).final_objective
 
-    runs = np.array([final(tmp_path / f"u{i}", 120) for i in range(5)])
-    final(tmp_path / "cut", 60)
-    resumed = final(tmp_path / "cut", 120, resume=load_latest(tmp_path / "cut"))
-    # Run-to-run spread of uninterrupted runs: three standard deviations (thread timing makes
-    # asynchronous runs differ), at least 2% of the objective.
-    tolerance = max(3 * runs.std(ddof=1), 0.02 * runs.mean())
-    assert abs(resumed - runs.mean()) <= tolerance, (resumed, runs)
+    at_cut = np.array([final(tmp_path / f"c{i}", 20) for i in range(5)])
+    runs = np.array([final(tmp_path / f"u{i}", 40) for i in range(5)])
+    final(tmp_path / "cut", 20)
+    resumed = final(tmp_path / "cut", 40, resume=load_latest(tmp_path / "cut"))
+    gap = at_cut.mean() - runs.mean()
+    assert gap > 6 * max(at_cut.std(ddof=1), runs.std(ddof=1)), (at_cut, runs)
+    assert abs(resumed - runs.mean()) <= 0.5 * gap, (resumed, runs, at_cut)
