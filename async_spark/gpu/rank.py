@@ -36,14 +36,18 @@ def hylo_rank(
     import torch.distributed as dist
 
     from async_spark.hylo.data import Dataset
-    from async_spark.hylo.epochs import AccuracyLog, epoch_record, run_epoch
+    from async_spark.hylo.epochs import (
+        AccuracyLog,
+        epoch_record,
+        evaluate,
+        run_epoch,
+        step_function,
+    )
     from async_spark.hylo.train import (
         HYLO_METHODS,
         TrainConfig,
         build_optimizers,
         build_replica,
-        evaluate,
-        loss_and_correct,
     )
 
     cfg = TrainConfig(**params)
@@ -82,13 +86,7 @@ def hylo_rank(
     opt, sched, precond = built.optimizer, built.scheduler, built.preconditioner
     gen = torch.Generator().manual_seed(cfg.seed + 1 + 7919 * rank)
 
-    def step_loss(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        loss, _, _ = loss_and_correct(task, model(x), y)
-        loss.backward()
-        if precond is not None:
-            precond.step()
-        return loss
-
+    step_loss = step_function(task, model, precond)
     records: list[dict[str, Any]] = []
     train_seconds = 0.0
     accuracy = AccuracyLog()
@@ -104,10 +102,7 @@ def hylo_rank(
             (x_train[idx].to(device), y_train[idx].to(device))
             for idx in (perm[s * local : (s + 1) * local] for s in range(steps_per_epoch))
         )
-        result = run_epoch(model, opt, sched, batches, step_loss, device)
-        if world > 1:  # every rank agrees on the epoch's loss (and on divergence)
-            dist.all_reduce(result.loss_sum, op=dist.ReduceOp.SUM)
-            result.loss_sum /= world
+        result = run_epoch(model, opt, sched, batches, step_loss, device, world)
         train_seconds += result.seconds
         train_loss = float(result.loss_sum) / steps_per_epoch
         if not math.isfinite(train_loss):

@@ -2,9 +2,12 @@
 Spark stage's ranks (:func:`async_spark.gpu.rank.hylo_rank`).
 
 * :func:`run_epoch` -- zero the gradients, run the caller's ``step_loss(x, y)`` (forward,
-  backward and any preconditioning), step the optimizer and the schedule, over a batch iterator.
-  The loss is summed on the device, so a step does not wait for the host (one sync per epoch);
-  the caller checks the sum for divergence.
+  backward and any preconditioning; :func:`step_function` builds HyLo's and SGD's), step the
+  optimizer and the schedule, over a batch iterator.  The loss is summed on the device, so a
+  step does not wait for the host (one sync per epoch), and averaged over the ranks, so that
+  every rank sees the same divergence; the caller checks the sum.
+* :func:`loss_and_correct`, :func:`evaluate` -- the loss (cross-entropy, or binary for
+  segmentation) and the test loss and accuracy.
 * :class:`AccuracyLog` -- the best test accuracy and the training seconds at which each
   threshold of :data:`THRESHOLDS` was first reached.
 * :func:`epoch_record` -- the ``metrics.jsonl`` line of an epoch.
@@ -18,11 +21,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.distributed as dist
+import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .data import Dataset
 from .preconditioner import HyLo
 
-__all__ = ["THRESHOLDS", "AccuracyLog", "EpochResult", "epoch_record", "run_epoch"]
+__all__ = [
+    "THRESHOLDS",
+    "AccuracyLog",
+    "EpochResult",
+    "epoch_record",
+    "evaluate",
+    "loss_and_correct",
+    "run_epoch",
+    "step_function",
+]
 
 THRESHOLDS = ("0.8", "0.85", "0.9")
 
@@ -41,8 +56,12 @@ def run_epoch(
     batches: Iterable[tuple[Tensor, Tensor]],
     step_loss: Callable[[Tensor, Tensor], Tensor],
     device: torch.device,
+    world: int = 1,
 ) -> EpochResult:
-    """Train one epoch; ``step_loss(x, y)`` computes the loss and its gradients and returns it."""
+    """Train one epoch; ``step_loss(x, y)`` computes the loss and its gradients and returns it.
+
+    With ``world > 1`` (inside a torch.distributed group) the loss sum is averaged over the
+    ranks before the clock stops."""
     model.train()
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -56,6 +75,9 @@ def run_epoch(
         scheduler.step()
         loss_sum += loss.detach().to(torch.float64)
         steps += 1
+    if world > 1:
+        dist.all_reduce(loss_sum, op=dist.ReduceOp.SUM)
+        loss_sum /= world
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return EpochResult(loss_sum, time.perf_counter() - t0, steps)
@@ -99,3 +121,44 @@ def epoch_record(
         record["damping"] = preconditioner.current_damping()
         record["methods"] = preconditioner.method_counts
     return record
+
+
+def loss_and_correct(task: str, out: Tensor, y: Tensor) -> tuple[Tensor, int, int]:
+    if task == "classification":
+        loss = F.cross_entropy(out, y)
+        return loss, int((out.argmax(1) == y).sum()), y.numel()
+    loss = F.binary_cross_entropy_with_logits(out, y)
+    return loss, int(((out > 0).to(y.dtype) == y).sum()), y.numel()
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module, data: Dataset, device: torch.device, batch: int
+) -> tuple[float, float]:
+    was = model.training
+    model.eval()
+    total_loss, correct, count = 0.0, 0, 0
+    for i in range(0, data.x_test.shape[0], batch):
+        x = data.x_test[i : i + batch].to(device)
+        y = data.y_test[i : i + batch].to(device)
+        loss, c, k = loss_and_correct(data.task, model(x), y)
+        total_loss += float(loss) * x.shape[0]
+        correct += c
+        count += k
+    model.train(was)
+    return total_loss / data.x_test.shape[0], correct / max(1, count)
+
+
+def step_function(
+    task: str, model: nn.Module, preconditioner: HyLo | None
+) -> Callable[[Tensor, Tensor], Tensor]:
+    """Forward and backward of one batch, then HyLo's preconditioning if any; returns the loss."""
+
+    def step(x: Tensor, y: Tensor) -> Tensor:
+        loss, _, _ = loss_and_correct(task, model(x), y)
+        loss.backward()
+        if preconditioner is not None:
+            preconditioner.step()
+        return loss
+
+    return step

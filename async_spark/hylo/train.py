@@ -30,14 +30,20 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import torch
-import torch.distributed as dist
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .baselines import asdl_maker, asdl_step_function
 from .comm import TorchCommunicator
-from .data import DATASETS, Dataset, load_dataset
-from .epochs import THRESHOLDS, AccuracyLog, epoch_record, run_epoch
+from .data import DATASETS, load_dataset
+from .epochs import (
+    THRESHOLDS,
+    AccuracyLog,
+    epoch_record,
+    evaluate,
+    loss_and_correct,
+    run_epoch,
+    step_function,
+)
 from .preconditioner import HyLo
 from .schedules import GeometricDamping, warmup_multistep
 
@@ -242,32 +248,6 @@ def _run_rank(rank: int, world: int, params: dict[str, Any]) -> None:
     _run(rank, world, params)
 
 
-def loss_and_correct(task: str, out: Tensor, y: Tensor) -> tuple[Tensor, int, int]:
-    if task == "classification":
-        loss = F.cross_entropy(out, y)
-        return loss, int((out.argmax(1) == y).sum()), y.numel()
-    loss = F.binary_cross_entropy_with_logits(out, y)
-    return loss, int(((out > 0).to(y.dtype) == y).sum()), y.numel()
-
-
-@torch.no_grad()
-def evaluate(
-    model: nn.Module, data: Dataset, device: torch.device, batch: int
-) -> tuple[float, float]:
-    was = model.training
-    model.eval()
-    total_loss, correct, count = 0.0, 0, 0
-    for i in range(0, data.x_test.shape[0], batch):
-        x = data.x_test[i : i + batch].to(device)
-        y = data.y_test[i : i + batch].to(device)
-        loss, c, k = loss_and_correct(data.task, model(x), y)
-        total_loss += float(loss) * x.shape[0]
-        correct += c
-        count += k
-    model.train(was)
-    return total_loss / data.x_test.shape[0], correct / max(1, count)
-
-
 def build_replica(
     model_name: str, device: torch.device, world: int
 ) -> tuple[nn.Module, nn.Module, TorchCommunicator | None]:
@@ -404,16 +384,13 @@ def _run(rank: int, world: int, params: dict[str, Any]) -> dict[str, Any]:
             )
         )
         try:
-            result = run_epoch(model, opt, sched, batches, step_loss, device)
+            result = run_epoch(model, opt, sched, batches, step_loss, device, world)
         except torch.linalg.LinAlgError:
             if world > 1:  # the other ranks wait in a collective: fail the whole launch
                 raise
             diverged = True  # non-finite curvature factors
             break
         train_seconds += result.seconds
-        if world > 1:  # every rank agrees on the epoch's loss, and so on divergence
-            dist.all_reduce(result.loss_sum, op=dist.ReduceOp.SUM)
-            result.loss_sum /= world
         train_loss = float(result.loss_sum) / result.steps
         if not math.isfinite(train_loss):
             diverged = True
@@ -462,11 +439,4 @@ def _step_function(
     if maker is not None:
         return asdl_step_function(maker, model, task)
 
-    def step(x: Tensor, y: Tensor) -> Tensor:
-        loss, _, _ = loss_and_correct(task, model(x), y)
-        loss.backward()
-        if precond is not None:
-            precond.step()
-        return loss
-
-    return step
+    return step_function(task, model, precond)
