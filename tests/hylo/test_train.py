@@ -41,6 +41,20 @@ def test_datasets():
         load_dataset("builtin:mnist1d", "unet")
 
 
+def test_mnist1d_is_generated_once_and_each_load_gets_its_own_tensors():
+    pytest.importorskip("mnist1d")
+    from async_spark.hylo import data as data_mod
+
+    a = load_dataset("builtin:mnist1d", "cnn1d")
+    hits = data_mod._mnist1d_arrays.cache_info().hits
+    b = load_dataset("builtin:mnist1d", "cnn1d")
+    assert data_mod._mnist1d_arrays.cache_info().hits == hits + 1
+    assert torch.equal(a.x_train, b.x_train) and torch.equal(a.y_test, b.y_test)
+    a.x_train.zero_()  # a caller's in-place change stays in its copy
+    assert not torch.equal(a.x_train, b.x_train)
+    assert torch.equal(load_dataset("builtin:mnist1d", "cnn1d").x_train, b.x_train)
+
+
 @pytest.mark.parametrize("optimizer", ["hylo", "sgd", "kfac", "smw"])
 def test_train_writes_outputs(optimizer, tmp_path):
     if optimizer in ("kfac", "smw"):
