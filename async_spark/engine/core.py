@@ -111,9 +111,6 @@ class _Clocks:
     def __getitem__(self, block: int) -> int:
         return self._blocks[block].clock
 
-    def __len__(self) -> int:
-        return len(self._blocks)
-
 
 class SchedulerCore:
     """Version clock, block states and policy decisions of an asynchronous run.
@@ -233,15 +230,14 @@ class SchedulerCore:
             now = self._clock()
             # Least recently dispatched first, so no block starves when slots are fewer than blocks.
             slowest = 0
+            if self.policy.ssp is not None and self._live_clocks:  # only SSP compares clocks
+                slowest = min(self._live_clocks)
+            limit = self.policy.clock_limit(slowest)
             candidates: Iterable[int] = self._idle
-            if self.policy.ssp is not None:  # only SSP compares clocks across blocks
-                slowest = min(self._live_clocks) if self._live_clocks else 0
-                if self.policy.barrier is None:  # (a barrier counts every idle block)
-                    # blocks ahead of the bound wait: leave them out, unsorted
-                    limit = slowest + self.policy.ssp.s
-                    candidates = [
-                        i for c, ids in self._idle_by_clock.items() if c <= limit for i in ids
-                    ]
+            if limit is not None:  # blocks held back by SSP wait: leave them out, unsorted
+                candidates = [
+                    i for c, ids in self._idle_by_clock.items() if c <= limit for i in ids
+                ]
             idle = sorted(candidates, key=lambda i: self._blocks[i].last_dispatch)
             retry_due = sorted(i for i in self._failed if self._blocks[i].retry_at <= now)
             # Retries bypass the barrier: a synchronous round waits for the failed block's result,
@@ -254,6 +250,7 @@ class SchedulerCore:
                 clocks=_Clocks(self._blocks),
                 slowest_clock=slowest,
                 max_in_flight=self.max_in_flight,
+                idle_count=len(self._idle),  # a barrier counts the held-back blocks too
             )
             tickets = [self._dispatch(i, retry=True) for i in retries]
             tickets += [self._dispatch(i, retry=False) for i in chosen]

@@ -175,6 +175,7 @@ class Policy:
         clocks: BlockClocks,
         slowest_clock: int,
         max_in_flight: int,
+        idle_count: int | None = None,
     ) -> list[int]:
         """Blocks to dispatch now.
 
@@ -186,10 +187,13 @@ class Policy:
         clocks : finished-task count per block (SSP; read for the ready blocks only)
         slowest_clock : the smallest finished-task count of a block not given up (SSP)
         max_in_flight : cap on tasks in flight
+        idle_count : idle blocks for the barrier, when ``ready`` leaves out idle blocks that SSP
+            holds back (:meth:`clock_limit`); ``len(ready)`` if None
         """
         if not ready:
             return []
-        if self.barrier is not None and len(ready) < self.barrier.required_idle(live_blocks):
+        idle = len(ready) if idle_count is None else idle_count
+        if self.barrier is not None and idle < self.barrier.required_idle(live_blocks):
             return []
         chosen = list(ready)
         if self.ssp is not None:
@@ -200,6 +204,10 @@ class Policy:
     def accepts(self, staleness: int) -> bool:
         """Whether a result with this staleness may be applied."""
         return self.staleness is None or staleness <= self.staleness.tau
+
+    def clock_limit(self, slowest_clock: int) -> int | None:
+        """The largest finished-task count a block may have to be dispatched (SSP), or None."""
+        return None if self.ssp is None else slowest_clock + self.ssp.s
 
     def obsolete(self, staleness_so_far: int) -> bool:
         """Whether a task still running can no longer produce an acceptable result."""

@@ -56,7 +56,7 @@ class Capture:
     weights: list[Tensor] | None  # KID: each rank's W_p (r_p x r_p); None for SNGD and KIS
     total: int  # rows the reductions started from, summed over ranks
     method: str
-    _blocks: list[Tensor] | None = None
+    _blocks: list[Tensor] | None = field(default=None, repr=False, compare=False)
 
     def core_blocks(self) -> list[Tensor]:
         """This capture's unscaled blocks of KID's core (computed once, reused over the window):

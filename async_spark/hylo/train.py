@@ -25,12 +25,12 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from .baselines import asdl_maker, asdl_step_function
 from .comm import TorchCommunicator
@@ -363,7 +363,11 @@ def _run(rank: int, world: int, params: dict[str, Any]) -> dict[str, Any]:
     if metrics_path:
         os.makedirs(cfg.out or ".", exist_ok=True)
         open(metrics_path, "w").close()
-    step_loss = _step_function(data.task, model, precond, maker)
+    step_loss = (
+        asdl_step_function(maker, model, data.task)
+        if maker is not None
+        else step_function(data.task, model, precond)
+    )
     train_seconds = 0.0
     accuracy = AccuracyLog()
     acc = 0.0
@@ -429,14 +433,3 @@ def _run(rank: int, world: int, params: dict[str, Any]) -> dict[str, Any]:
             json.dump(summary, f, indent=2)
         os.replace(tmp, os.path.join(cfg.out, "summary.json"))
     return summary
-
-
-def _step_function(
-    task: str, model: nn.Module, precond: HyLo | None, maker: Any
-) -> Callable[[Tensor, Tensor], Tensor]:
-    """Forward and backward of one batch (and HyLo's preconditioning, or ASDL's through its
-    gradient maker); returns the loss."""
-    if maker is not None:
-        return asdl_step_function(maker, model, task)
-
-    return step_function(task, model, precond)

@@ -65,11 +65,17 @@ def test_sngd_window_matches_dense_average_fisher(window):
         assert precond.layers[0].A_all.shape[0] == 5 * min(step + 1, window)
 
 
-def test_window_of_one_is_the_default():
+def _twin_linears() -> tuple[nn.Linear, nn.Linear]:
+    """Two float64 Linear layers with the same weights."""
     torch.manual_seed(0)
     lin = nn.Linear(4, 3).double()
     lin2 = nn.Linear(4, 3).double()
     lin2.load_state_dict(lin.state_dict())
+    return lin, lin2
+
+
+def test_window_of_one_is_the_default():
+    lin, lin2 = _twin_linears()
     a = HyLo(lin, method="kis", rank_ratio=0.6, damping=0.1, seed=3)
     b = HyLo(lin2, method="kis", rank_ratio=0.6, damping=0.1, seed=3, fisher_window=1)
     for step in range(3):
@@ -78,10 +84,7 @@ def test_window_of_one_is_the_default():
 
 
 def test_kid_window_at_full_rank_equals_sngd_window():
-    torch.manual_seed(0)
-    lin = nn.Linear(4, 3).double()
-    lin2 = nn.Linear(4, 3).double()
-    lin2.load_state_dict(lin.state_dict())
+    lin, lin2 = _twin_linears()
     kid = HyLo(lin, method="kid", rank_ratio=1.0, damping=0.1, fisher_window=3)
     sngd = HyLo(lin2, method="sngd", damping=0.1, fisher_window=3)
     for step in range(4):
@@ -95,10 +98,7 @@ def test_kid_window_at_full_rank_equals_sngd_window():
 def test_hybrid_window_mixes_kid_and_kis_captures():
     # KID in epoch 0, KIS afterwards: the window keeps both; at full rank every capture is exact,
     # so the mixed window equals SNGD's window
-    torch.manual_seed(0)
-    lin = nn.Linear(4, 3).double()
-    lin2 = nn.Linear(4, 3).double()
-    lin2.load_state_dict(lin.state_dict())
+    lin, lin2 = _twin_linears()
     rule = EpochWindowRule([(0, 1)])
     p = HyLo(lin, method="hybrid", switch=rule, rank_ratio=1.0, damping=0.1, fisher_window=3)
     q = HyLo(lin2, method="sngd", damping=0.1, fisher_window=3)
