@@ -41,6 +41,7 @@ Usage::
 
     python benchmarks/hylo_mnist1d.py --quick
     python benchmarks/hylo_mnist1d.py --epochs 30 --seeds 5
+    python benchmarks/hylo_mnist1d.py --width 256 --epochs 12 --seeds 5 --no-smw
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ def _run(
     cfg = {
         **(extra or {}),
         "model": "cnn1d",
+        "width": args.width,
         "data": "builtin:mnist1d",
         "optimizer": opt,
         "lr": lr,
@@ -151,6 +153,12 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=30)
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--batch-size", type=int, default=128)
+    ap.add_argument(
+        "--width",
+        type=int,
+        default=None,
+        help="channels of the CNN (default 25, the published model); wider layers favour HyLo",
+    )
     ap.add_argument("--inv-update-steps", type=int, default=10, help="HyLo and K-FAC alike")
     ap.add_argument("--warmup-epochs", type=int, default=0, help="linear lr warm-up, all")
     ap.add_argument("--threads", type=int, default=1, help="torch threads, all optimizers")
@@ -193,6 +201,7 @@ def main() -> None:
     chosen: dict[str, tuple[float, float, dict[str, Any]]] = {}
     print(
         f"# sweep on seed {TUNE_SEED}, {args.epochs} epochs, batch {args.batch_size}, "
+        f"width {args.width or 25}, "
         f"inv_update_steps {args.inv_update_steps}, kl_clip {args.kl_clip} (HyLo, K-FAC), "
         f"warm-up {args.warmup_epochs} epochs, {args.threads} thread(s)"
     )

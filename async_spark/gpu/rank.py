@@ -69,7 +69,7 @@ def hylo_rank(
             test = Dataset(
                 x_train[:0], y_train[:0], torch.from_numpy(tx), torch.from_numpy(ty), task
             )
-    net, model, comm = build_replica(cfg.model, device, world)
+    net, model, comm = build_replica(cfg.model, device, world, cfg.width)
     local = cfg.batch_size // world
     n_local = x_train.shape[0]
     steps_t = torch.tensor([n_local // local], dtype=torch.int64, device=device)

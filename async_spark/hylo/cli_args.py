@@ -46,6 +46,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the ``hylo`` options to ``parser`` (defaults are :class:`~.train.TrainConfig`'s)."""
     p = parser
     p.add_argument("--model", choices=("cnn1d", "resnet32", "unet"), default="cnn1d")
+    p.add_argument(
+        "--width",
+        type=int,
+        default=None,
+        help="channels of the model (default: the published size, cnn1d 25, resnet32 16, unet 8)",
+    )
     p.add_argument("--data", choices=("builtin:mnist1d", "synthetic"), default="builtin:mnist1d")
     p.add_argument("--optimizer", choices=_OPTIMIZERS, default="hylo")
     p.add_argument("--epochs", type=int, default=10)
@@ -96,7 +102,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The :func:`~.train.train` configuration (a dict) from parsed arguments."""
     keys = (
-        "model data optimizer epochs batch_size lr workers device seed out momentum weight_decay "
+        "model width data optimizer epochs batch_size lr workers device seed out momentum weight_decay "
         "warmup_epochs lr_decay_epochs lr_decay damping damping_target rank_ratio "
         "inv_update_steps fisher_window factor_decay kid_epochs switch_threshold kl_clip n_train n_test threads timeout"
     ).split()

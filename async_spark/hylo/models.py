@@ -17,7 +17,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["CNN1D", "resnet32", "ResNetCifar", "UNet", "resnet50_layer_shapes", "build_model"]
+__all__ = [
+    "CNN1D",
+    "DEFAULT_WIDTH",
+    "resnet32",
+    "ResNetCifar",
+    "UNet",
+    "resnet50_layer_shapes",
+    "build_model",
+]
 
 
 class CNN1D(nn.Module):
@@ -171,12 +179,24 @@ def resnet50_layer_shapes() -> list[tuple[str, int, int]]:
     return shapes
 
 
-def build_model(name: str) -> nn.Module:
-    """Build a reference model by name: ``"cnn1d"``, ``"resnet32"`` or ``"unet"``."""
+#: each model's default width: CNN1D's channels, ResNet-32's first-stage channels, UNet's top level
+DEFAULT_WIDTH = {"cnn1d": 25, "resnet32": 16, "unet": 8}
+
+
+def build_model(name: str, width: int | None = None) -> nn.Module:
+    """Build a reference model by name: ``"cnn1d"``, ``"resnet32"`` or ``"unet"``.
+
+    ``width`` scales the channels (see :data:`DEFAULT_WIDTH`; ``None`` keeps the published
+    size).  Wider layers are where HyLo's kernel (sized by the batch) beats K-FAC's factors
+    (sized by the layer); ``benchmarks/hylo_width.py`` measures the crossover.
+    """
+    if name not in DEFAULT_WIDTH:
+        raise ValueError(f"model must be one of {tuple(DEFAULT_WIDTH)}, got {name!r}")
+    if width is not None and (isinstance(width, bool) or not isinstance(width, int) or width < 1):
+        raise ValueError(f"width must be an integer >= 1 or None, got {width!r}")
+    w = DEFAULT_WIDTH[name] if width is None else width
     if name == "cnn1d":
-        return CNN1D()
+        return CNN1D(channels=w)
     if name == "resnet32":
-        return resnet32()
-    if name == "unet":
-        return UNet()
-    raise ValueError(f"model must be one of ('cnn1d', 'resnet32', 'unet'), got {name!r}")
+        return ResNetCifar(blocks=5, width=w)
+    return UNet(width=w)

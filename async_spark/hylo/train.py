@@ -88,6 +88,7 @@ class TrainConfig:
     """
 
     model: str = "cnn1d"
+    width: int | None = None
     data: str = "builtin:mnist1d"
     optimizer: str = "hylo"
     epochs: int = 10
@@ -146,6 +147,8 @@ class TrainConfig:
         for name, lo in (("inv_update_steps", 1), ("n_train", 1), ("n_test", 1), ("threads", 1)):
             integer(name, lo)
         integer("fisher_window", 1)
+        if self.width is not None:
+            integer("width", 1)
         decay = self.factor_decay
         if (
             isinstance(decay, bool)
@@ -249,14 +252,14 @@ def _run_rank(rank: int, world: int, params: dict[str, Any]) -> None:
 
 
 def build_replica(
-    model_name: str, device: torch.device, world: int
+    model_name: str, device: torch.device, world: int, width: int | None = None
 ) -> tuple[nn.Module, nn.Module, TorchCommunicator | None]:
     """This rank's model: ``(net, model, communicator)``; with ``world > 1`` the model is the DDP
     wrapper of ``net`` (which averages gradients) and HyLo gets a torch.distributed
     communicator. Shared by :func:`train` and the Spark stage's ranks."""
     from .models import build_model
 
-    net = build_model(model_name).to(device)
+    net = build_model(model_name, width).to(device)
     if world == 1:
         return net, net, None
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -339,7 +342,7 @@ def _run(rank: int, world: int, params: dict[str, Any]) -> dict[str, Any]:
         device = torch.device("cpu")
     torch.manual_seed(cfg.seed)
     data = load_dataset(cfg.data, cfg.model, seed=cfg.seed, n_train=cfg.n_train, n_test=cfg.n_test)
-    net, model, comm = build_replica(cfg.model, device, world)
+    net, model, comm = build_replica(cfg.model, device, world, cfg.width)
     n = data.x_train.shape[0]
     steps_per_epoch = max(1, n // cfg.batch_size)  # drop the last partial batch
     built = build_optimizers(cfg, model, steps_per_epoch, comm)

@@ -11,7 +11,7 @@ import torch
 from async_spark.hylo import HyLo
 from async_spark.hylo.cli_args import add_arguments, config_from_args
 from async_spark.hylo.data import load_dataset
-from async_spark.hylo.models import CNN1D, UNet, resnet32, resnet50_layer_shapes
+from async_spark.hylo.models import CNN1D, UNet, build_model, resnet32, resnet50_layer_shapes
 from async_spark.hylo.train import TrainConfig, train
 
 
@@ -28,6 +28,27 @@ def test_reference_models_shapes_and_layers():
     assert unet(torch.randn(2, 3, 32, 32)).shape == (2, 1, 32, 32)
     shapes = resnet50_layer_shapes()
     assert len(shapes) == 54 and max(s[1] for s in shapes[:-1]) == 4608
+
+
+def test_width_scales_every_reference_model():
+    def largest_layer(net):
+        return max(ly.d_in * ly.d_out for ly in HyLo(net).layers)
+
+    for name, shape in (
+        ("cnn1d", (2, 1, 1, 40)),
+        ("resnet32", (2, 3, 32, 32)),
+        ("unet", (2, 3, 32, 32)),
+    ):
+        default, wide = build_model(name), build_model(name, width=32)
+        assert build_model(name, width=None).state_dict().keys() == default.state_dict().keys()
+        assert wide(torch.randn(shape)).shape == default(torch.randn(shape)).shape
+        assert largest_layer(wide) > largest_layer(default)
+    assert build_model("cnn1d", width=64).conv2.weight.shape == (64, 64, 1, 3)
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(ValueError, match="width must be an integer >= 1"):
+            build_model("cnn1d", width=bad)
+    with pytest.raises(ValueError, match="model must be one of"):
+        build_model("vgg")
 
 
 def test_datasets():
@@ -87,6 +108,25 @@ def test_train_writes_outputs(optimizer, tmp_path):
         assert "methods" in json.loads(lines[0])
 
 
+def test_train_builds_the_model_at_the_requested_width(tmp_path):
+    summary = train(
+        {
+            "data": "synthetic",
+            "optimizer": "kid",
+            "width": 12,
+            "epochs": 1,
+            "batch_size": 16,
+            "n_train": 32,
+            "n_test": 16,
+            "out": str(tmp_path),
+        }
+    )
+    assert summary["config"]["width"] == 12
+    state = torch.load(tmp_path / "model.pt", weights_only=True)
+    assert state["conv2.weight"].shape == (12, 12, 1, 3)
+    CNN1D(channels=12).load_state_dict(state)
+
+
 def test_train_two_workers_unet(tmp_path):
     summary = train(
         {
@@ -119,6 +159,7 @@ def test_train_two_workers_unet(tmp_path):
         ({"optimizer": "kfac", "workers": 2}, "workers must be 1"),
         ({"model": "unet", "data": "builtin:mnist1d"}, "needs model 'cnn1d'"),
         ({"colour": "red"}, "unknown keys"),
+        ({"width": 0}, "width must be an integer >= 1"),
     ],
 )
 def test_train_bad_config(kwargs, match):
@@ -130,11 +171,11 @@ def test_cli_arguments_round_trip():
     parser = add_arguments(argparse.ArgumentParser())
     args = parser.parse_args(
         "--model resnet32 --data synthetic --optimizer kid --epochs 3 --batch-size 64 "
-        "--lr 0.2 --workers 2 --kid-epochs 0-2,5-6 --lr-decay-epochs 2 --fisher-window 4".split()
+        "--lr 0.2 --workers 2 --kid-epochs 0-2,5-6 --lr-decay-epochs 2 --fisher-window 4 --width 24".split()
     )
     cfg = config_from_args(args)
     assert cfg["kid_epochs"] == [[0, 2], [5, 6]] and cfg["lr_decay_epochs"] == [2]
-    assert cfg["fisher_window"] == 4 and cfg["factor_decay"] == 0.0
+    assert cfg["fisher_window"] == 4 and cfg["factor_decay"] == 0.0 and cfg["width"] == 24
     TrainConfig(**cfg).validate()
     assert TrainConfig(**cfg).workers == 2
 
