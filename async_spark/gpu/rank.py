@@ -40,7 +40,7 @@ def hylo_rank(
         AccuracyLog,
         epoch_record,
         evaluate,
-        run_epoch,
+        run_epoch_in_parts,
         step_function,
     )
     from async_spark.hylo.train import (
@@ -98,11 +98,27 @@ def hylo_rank(
         if precond is not None:
             precond.set_epoch(epoch)
         perm = torch.randperm(n_local, generator=gen)
-        batches = (
-            (x_train[idx].to(device), y_train[idx].to(device))
-            for idx in (perm[s * local : (s + 1) * local] for s in range(steps_per_epoch))
+
+        def batch(s: int, perm: torch.Tensor = perm) -> tuple[torch.Tensor, torch.Tensor]:
+            idx = perm[s * local : (s + 1) * local]
+            return x_train[idx].to(device), y_train[idx].to(device)
+
+        def evaluate_between(seconds: float, done: float = train_seconds) -> None:
+            assert test is not None  # passed only when there is a test set
+            accuracy.observe(evaluate(net, test, device, 512)[1], done + seconds)
+
+        result = run_epoch_in_parts(
+            model,
+            opt,
+            sched,
+            batch,
+            steps_per_epoch,
+            step_loss,
+            device,
+            world,
+            cfg.evals_per_epoch,
+            evaluate_between if rank == 0 and test is not None else None,
         )
-        result = run_epoch(model, opt, sched, batches, step_loss, device, world)
         train_seconds += result.seconds
         train_loss = float(result.loss_sum) / steps_per_epoch
         if not math.isfinite(train_loss):

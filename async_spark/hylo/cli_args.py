@@ -85,6 +85,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="kfac: running average of the factors, decay*old + (1-decay)*new (0 = newest only)",
     )
     p.add_argument(
+        "--evals-per-epoch",
+        type=int,
+        default=1,
+        help="test evaluations per epoch (clock stopped): time_to_accuracy resolves 1/k epoch",
+    )
+    p.add_argument(
         "--kid-epochs",
         type=_windows,
         default=None,
@@ -104,6 +110,6 @@ def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
     keys = (
         "model width data optimizer epochs batch_size lr workers device seed out momentum weight_decay "
         "warmup_epochs lr_decay_epochs lr_decay damping damping_target rank_ratio "
-        "inv_update_steps fisher_window factor_decay kid_epochs switch_threshold kl_clip n_train n_test threads timeout"
+        "inv_update_steps fisher_window factor_decay evals_per_epoch kid_epochs switch_threshold kl_clip n_train n_test threads timeout"
     ).split()
     return {k: getattr(args, k) for k in keys}

@@ -6,6 +6,9 @@ Spark stage's ranks (:func:`async_spark.gpu.rank.hylo_rank`).
   optimizer and the schedule, over a batch iterator.  The loss is summed on the device, so a
   step does not wait for the host (one sync per epoch), and averaged over the ranks, so that
   every rank sees the same divergence; the caller checks the sum.
+* :func:`run_epoch_in_parts` -- the same epoch cut into ``evals_per_epoch`` parts with a test
+  evaluation between them (clock stopped), so that the time to an accuracy is resolved finer than
+  an epoch.
 * :func:`loss_and_correct`, :func:`evaluate` -- the loss (cross-entropy, or binary for
   segmentation) and the test loss and accuracy.
 * :class:`AccuracyLog` -- the best test accuracy and the training seconds at which each
@@ -36,6 +39,7 @@ __all__ = [
     "evaluate",
     "loss_and_correct",
     "run_epoch",
+    "run_epoch_in_parts",
     "step_function",
 ]
 
@@ -47,6 +51,11 @@ class EpochResult:
     loss_sum: Tensor  # float64 scalar on the training device: the sum of the steps' losses
     seconds: float  # training time of the epoch (devices synchronized at both ends)
     steps: int
+
+    def __add__(self, other: EpochResult) -> EpochResult:
+        return EpochResult(
+            self.loss_sum + other.loss_sum, self.seconds + other.seconds, self.steps + other.steps
+        )
 
 
 def run_epoch(
@@ -81,6 +90,43 @@ def run_epoch(
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return EpochResult(loss_sum, time.perf_counter() - t0, steps)
+
+
+def epoch_parts(steps: int, parts: int) -> list[range]:
+    """The steps ``0 .. steps-1`` cut into ``min(parts, steps)`` contiguous, near-equal ranges."""
+    k = max(1, min(parts, steps))
+    bounds = [round(i * steps / k) for i in range(k + 1)]
+    return [range(a, b) for a, b in zip(bounds, bounds[1:], strict=False)]
+
+
+def run_epoch_in_parts(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    batch: Callable[[int], tuple[Tensor, Tensor]],
+    steps: int,
+    step_loss: Callable[[Tensor, Tensor], Tensor],
+    device: torch.device,
+    world: int = 1,
+    evals_per_epoch: int = 1,
+    evaluate_between: Callable[[float], None] | None = None,
+) -> EpochResult:
+    """:func:`run_epoch` over ``batch(0) .. batch(steps - 1)`` in ``evals_per_epoch`` parts.
+
+    Between parts (not after the last: the caller evaluates at the epoch's end)
+    ``evaluate_between(seconds)`` is called with the epoch's training seconds so far; the clock
+    is stopped meanwhile.  The steps and their order are the same for any number of parts."""
+    parts = epoch_parts(steps, evals_per_epoch)
+    total: EpochResult | None = None
+    for i, part in enumerate(parts):
+        result = run_epoch(
+            model, optimizer, scheduler, (batch(s) for s in part), step_loss, device, world
+        )
+        total = result if total is None else total + result
+        if evaluate_between is not None and i < len(parts) - 1:
+            evaluate_between(total.seconds)
+    assert total is not None
+    return total
 
 
 @dataclass

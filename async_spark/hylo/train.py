@@ -5,7 +5,9 @@ Writes into ``config.out`` (when given):
 * ``summary.json`` -- ``optimizer``, ``model``, ``data``, ``epochs``, ``workers``, ``wall_seconds``
   (training time, evaluation excluded), ``test_accuracy`` (final), ``best_test_accuracy``,
   ``time_to_accuracy`` (``{"0.8": s, "0.85": s, "0.9": s}``, seconds of training until the
-  end-of-epoch test accuracy first reached the threshold, or ``null``) and the configuration;
+  test accuracy first reached the threshold, or ``null``; it is measured at the end of every
+  epoch and, with ``evals_per_epoch`` k > 1, also after each k-th of an epoch) and the
+  configuration;
 * ``metrics.jsonl`` -- one JSON object per epoch (loss, accuracy, cumulative training seconds,
   learning rate, damping, and for HyLo the steps per method of each layer);
 * ``model.pt`` -- the model's ``state_dict``.
@@ -30,7 +32,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from .baselines import asdl_maker, asdl_step_function
 from .comm import TorchCommunicator
@@ -41,7 +43,7 @@ from .epochs import (
     epoch_record,
     evaluate,
     loss_and_correct,
-    run_epoch,
+    run_epoch_in_parts,
     step_function,
 )
 from .preconditioner import HyLo
@@ -109,6 +111,7 @@ class TrainConfig:
     inv_update_steps: int = 10
     fisher_window: int = 1
     factor_decay: float = 0.0
+    evals_per_epoch: int = 1
     kid_epochs: list[list[int]] | None = None
     switch_threshold: float = 0.1
     kl_clip: float | None = 1e-3
@@ -147,6 +150,7 @@ class TrainConfig:
         for name, lo in (("inv_update_steps", 1), ("n_train", 1), ("n_test", 1), ("threads", 1)):
             integer(name, lo)
         integer("fisher_window", 1)
+        integer("evals_per_epoch", 1)
         if self.width is not None:
             integer("width", 1)
         decay = self.factor_decay
@@ -381,17 +385,29 @@ def _run(rank: int, world: int, params: dict[str, Any]) -> dict[str, Any]:
         if precond is not None:
             precond.set_epoch(epoch)
         perm = torch.randperm(n, generator=gen)
-        batches = (
-            (data.x_train[idx].to(device), data.y_train[idx].to(device))
-            for idx in (
-                perm[s * cfg.batch_size : (s + 1) * cfg.batch_size][
-                    rank * local : (rank + 1) * local
-                ]
-                for s in range(steps_per_epoch)
-            )
-        )
+
+        def batch(s: int, perm: Tensor = perm) -> tuple[Tensor, Tensor]:
+            idx = perm[s * cfg.batch_size : (s + 1) * cfg.batch_size][
+                rank * local : (rank + 1) * local
+            ]
+            return data.x_train[idx].to(device), data.y_train[idx].to(device)
+
+        def evaluate_between(seconds: float, done: float = train_seconds) -> None:
+            accuracy.observe(evaluate(net, data, device, 512)[1], done + seconds)
+
         try:
-            result = run_epoch(model, opt, sched, batches, step_loss, device, world)
+            result = run_epoch_in_parts(
+                model,
+                opt,
+                sched,
+                batch,
+                steps_per_epoch,
+                step_loss,
+                device,
+                world,
+                cfg.evals_per_epoch,
+                evaluate_between if rank == 0 else None,
+            )
         except torch.linalg.LinAlgError:
             if world > 1:  # the other ranks wait in a collective: fail the whole launch
                 raise

@@ -11,6 +11,7 @@ import torch
 from async_spark.hylo import HyLo
 from async_spark.hylo.cli_args import add_arguments, config_from_args
 from async_spark.hylo.data import load_dataset
+from async_spark.hylo.epochs import epoch_parts, run_epoch_in_parts
 from async_spark.hylo.models import CNN1D, UNet, build_model, resnet32, resnet50_layer_shapes
 from async_spark.hylo.train import TrainConfig, train
 
@@ -127,6 +128,67 @@ def test_train_builds_the_model_at_the_requested_width(tmp_path):
     CNN1D(channels=12).load_state_dict(state)
 
 
+def test_epoch_parts_cover_every_step_once_in_order():
+    for steps in (1, 2, 7, 31):
+        for parts in (1, 2, 3, 4, 40):
+            cut = epoch_parts(steps, parts)
+            assert len(cut) == min(parts, steps)
+            assert [s for r in cut for s in r] == list(range(steps))
+            assert max(len(r) for r in cut) - min(len(r) for r in cut) <= 1
+
+
+def test_run_epoch_in_parts_evaluates_between_parts_only():
+    torch.manual_seed(0)
+    net = torch.nn.Linear(3, 2)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0)
+    xs, ys = torch.randn(7, 4, 3), torch.randint(0, 2, (7, 4))
+    visited, clocks = [], []
+
+    def batch(s):
+        visited.append(s)
+        return xs[s], ys[s]
+
+    def step_loss(x, y):
+        loss = torch.nn.functional.cross_entropy(net(x), y)
+        loss.backward()
+        return loss
+
+    result = run_epoch_in_parts(
+        net, opt, sched, batch, 7, step_loss, torch.device("cpu"), 1, 3, clocks.append
+    )
+    assert visited == list(range(7)) and result.steps == 7
+    assert len(clocks) == 2 and 0 < clocks[0] <= clocks[1] <= result.seconds
+
+
+def test_evaluations_within_an_epoch_do_not_change_training(tmp_path):
+    """The mid-epoch test evaluations only observe: same model and losses as one per epoch."""
+    runs = {}
+    for k in (1, 3):
+        out = tmp_path / str(k)
+        cfg = {
+            "data": "synthetic",
+            "optimizer": "hylo",
+            "epochs": 2,
+            "batch_size": 16,
+            "n_train": 96,
+            "n_test": 32,
+            "inv_update_steps": 2,
+            "evals_per_epoch": k,
+            "out": str(out),
+        }
+        runs[k] = (
+            train(cfg),
+            torch.load(out / "model.pt", weights_only=True),
+            [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()],
+        )
+    (_, m1, r1), (s3, m3, r3) = runs[1], runs[3]
+    assert all(torch.equal(m1[name], m3[name]) for name in m1)
+    assert [r["train_loss"] for r in r1] == [r["train_loss"] for r in r3]
+    assert [r["test_accuracy"] for r in r1] == [r["test_accuracy"] for r in r3]
+    assert s3["config"]["evals_per_epoch"] == 3
+
+
 def test_train_two_workers_unet(tmp_path):
     summary = train(
         {
@@ -160,6 +222,7 @@ def test_train_two_workers_unet(tmp_path):
         ({"model": "unet", "data": "builtin:mnist1d"}, "needs model 'cnn1d'"),
         ({"colour": "red"}, "unknown keys"),
         ({"width": 0}, "width must be an integer >= 1"),
+        ({"evals_per_epoch": 0}, "evals_per_epoch must be an integer >= 1"),
     ],
 )
 def test_train_bad_config(kwargs, match):
@@ -171,11 +234,12 @@ def test_cli_arguments_round_trip():
     parser = add_arguments(argparse.ArgumentParser())
     args = parser.parse_args(
         "--model resnet32 --data synthetic --optimizer kid --epochs 3 --batch-size 64 "
-        "--lr 0.2 --workers 2 --kid-epochs 0-2,5-6 --lr-decay-epochs 2 --fisher-window 4 --width 24".split()
+        "--lr 0.2 --workers 2 --kid-epochs 0-2,5-6 --lr-decay-epochs 2 --fisher-window 4 --width 24 --evals-per-epoch 2".split()
     )
     cfg = config_from_args(args)
     assert cfg["kid_epochs"] == [[0, 2], [5, 6]] and cfg["lr_decay_epochs"] == [2]
     assert cfg["fisher_window"] == 4 and cfg["factor_decay"] == 0.0 and cfg["width"] == 24
+    assert cfg["evals_per_epoch"] == 2
     TrainConfig(**cfg).validate()
     assert TrainConfig(**cfg).workers == 2
 
