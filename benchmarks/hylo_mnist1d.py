@@ -42,7 +42,8 @@ Usage::
 
     python benchmarks/hylo_mnist1d.py --quick
     python benchmarks/hylo_mnist1d.py --epochs 30 --seeds 5
-    python benchmarks/hylo_mnist1d.py --width 256 --epochs 12 --seeds 5 --no-smw
+    python benchmarks/hylo_mnist1d.py --width 256 --epochs 12 --seeds 5 --no-smw --out w256.json
+    python benchmarks/hylo_mnist1d.py --width 512 --epochs 8 --no-smw --chosen w256.json
 """
 
 from __future__ import annotations
@@ -145,6 +146,24 @@ def _memory(extra: dict[str, Any]) -> str:
     return "-"
 
 
+def _load_chosen(path: str, no_smw: bool) -> dict[str, tuple[float, float, dict[str, Any]]]:
+    """The ``chosen`` configurations of an earlier ``--out`` file (sgd, hylo and kfac needed)."""
+    try:
+        with open(path) as f:
+            raw = json.load(f)["chosen"]
+        chosen = {
+            opt: (float(lr), float(lam), dict(extra)) for opt, (lr, lam, extra) in raw.items()
+        }
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise SystemExit(f"--chosen {path}: not an --out file of this script ({e})") from e
+    missing = {"sgd", "hylo", "kfac"} - set(chosen)
+    if missing:
+        raise SystemExit(f"--chosen {path}: no configuration for {sorted(missing)}")
+    if no_smw:
+        chosen.pop("smw", None)
+    return chosen
+
+
 def _median(v: list[float]) -> float | None:
     return statistics.median(v) if v else None
 
@@ -186,6 +205,12 @@ def main() -> None:
         help="K-FAC's running-average decays to sweep (0 = newest factors only)",
     )
     ap.add_argument("--no-smw", action="store_true", help="skip ASDL's SMW-NGD (slowest)")
+    ap.add_argument(
+        "--chosen",
+        default=None,
+        metavar="JSON",
+        help="skip the sweep: evaluate the configurations chosen by an earlier --out file",
+    )
     ap.add_argument("--out", default=None, help="write every run's summary as JSON here")
     args = ap.parse_args()
     if args.quick:
@@ -208,16 +233,21 @@ def main() -> None:
     log: list[dict[str, Any]] = []
     chosen: dict[str, tuple[float, float, dict[str, Any]]] = {}
     print(
-        f"# sweep on seed {TUNE_SEED}, {args.epochs} epochs, batch {args.batch_size}, "
-        f"width {args.width or 25}, "
+        f"# {args.epochs} epochs, batch {args.batch_size}, width {args.width or 25}, "
         f"inv_update_steps {args.inv_update_steps}, kl_clip {args.kl_clip} (HyLo, K-FAC), "
         f"warm-up {args.warmup_epochs} epochs, {args.threads} thread(s), "
         f"{args.evals_per_epoch} evaluations per epoch"
     )
-    print(
-        f"{'optimizer':<8}{'lr':>6}{'damping':>9}{'memory':>11}{'acc':>7}{'t85 s':>8}{'t90 s':>8}"
-        f"{'ep85':>6}{'ms/ep':>7}{'wall s':>8}"
-    )
+    if args.chosen:
+        grid = {}
+        chosen = _load_chosen(args.chosen, no_smw=args.no_smw)
+        print(f"# no sweep: the configurations chosen in {args.chosen}: {chosen}")
+    else:
+        print(f"# sweep on seed {TUNE_SEED}")
+        print(
+            f"{'optimizer':<8}{'lr':>6}{'damping':>9}{'memory':>11}{'acc':>7}{'t85 s':>8}"
+            f"{'t90 s':>8}{'ep85':>6}{'ms/ep':>7}{'wall s':>8}"
+        )
     for opt, points in grid.items():
         best = None
         for lr, lam, extra in points:
