@@ -23,9 +23,13 @@ Fairness between the two amortized preconditioners (HyLo and K-FAC):
 
 1. A sweep per optimizer on a tuning seed (learning rate, and damping for the preconditioned
    ones); among the stable points (no divergence, final accuracy >= 85%) the one with the smallest
-   time to 85% wins (then the best final accuracy).  Every point is printed.
+   *sustained* time to 85% wins (then the best final accuracy).  Every point is printed.
 2. The chosen configuration is run on ``--seeds`` evaluation seeds (distinct from the tuning
-   seed); the medians of the time to 85% / 90% are reported (training seconds: the clock of
+   seed); the medians of the time to 85% / 90% are reported, both the first time an evaluation
+   reached the threshold (``time_to_accuracy``) and the *sustained* time, from which no later
+   evaluation fell below it (``time_to_sustained_accuracy``: a noisy run that rises above 85%
+   and falls back gets no credit for the rise, and more frequent evaluations do not bias it
+   early).  Training seconds: the clock of
    ``async_spark.hylo.train`` stops for each test evaluation, ``--evals-per-epoch`` of them per
    epoch, so the times resolve a fraction of an epoch), with the median epochs to 85% (at epoch
    ends: a count, free of timing noise) and the median training seconds per epoch.
@@ -35,8 +39,9 @@ Fairness between the two amortized preconditioners (HyLo and K-FAC):
 
 Timing is noisy when other processes share the cores: compare medians and same-seed ratios.
 
-Last line: ``RESULT hylo_vs_kfac_time_to_85 <K-FAC median / HyLo median>`` (``nan`` if either
-never reached 85%).
+Last two lines: ``RESULT hylo_vs_kfac_sustained_time_to_85 <ratio>`` and
+``RESULT hylo_vs_kfac_time_to_85 <K-FAC median / HyLo median>`` of the first times (``nan`` if
+either never reached 85%).
 
 Usage::
 
@@ -61,6 +66,7 @@ from typing import Any
 import torch
 
 from async_spark.hylo import train as train_mod
+from async_spark.hylo.models import DEFAULT_WIDTH
 
 TUNE_SEED = 100
 KL_CLIP = 1e-3
@@ -105,6 +111,7 @@ def _run(
                 "test_accuracy": 0.0,
                 "wall_seconds": math.nan,
                 "time_to_accuracy": {"0.85": None, "0.9": None},
+                "time_to_sustained_accuracy": {"0.85": None, "0.9": None},
                 "epochs_to_85": None,
                 "epoch_seconds": math.nan,
                 "config": cfg,
@@ -117,8 +124,9 @@ def _run(
 
 
 def _key(s: dict[str, Any]) -> tuple[bool, float, float]:
-    """Stable runs (no divergence, final accuracy >= 85%) first, then time to 85%."""
-    t = s["time_to_accuracy"]["0.85"]
+    """Stable runs (no divergence, final accuracy >= 85%) first, then the sustained time to 85%
+    (a brief rise above 85% that falls back does not count)."""
+    t = s["time_to_sustained_accuracy"]["0.85"]
     unstable = bool(s["diverged"]) or s["test_accuracy"] < 0.85
     return (unstable, t if t is not None else math.inf, -s["test_accuracy"])
 
@@ -233,7 +241,8 @@ def main() -> None:
     log: list[dict[str, Any]] = []
     chosen: dict[str, tuple[float, float, dict[str, Any]]] = {}
     print(
-        f"# {args.epochs} epochs, batch {args.batch_size}, width {args.width or 25}, "
+        f"# {args.epochs} epochs, batch {args.batch_size}, "
+        f"width {args.width or DEFAULT_WIDTH['cnn1d']}, "
         f"inv_update_steps {args.inv_update_steps}, kl_clip {args.kl_clip} (HyLo, K-FAC), "
         f"warm-up {args.warmup_epochs} epochs, {args.threads} thread(s), "
         f"{args.evals_per_epoch} evaluations per epoch"
@@ -246,18 +255,19 @@ def main() -> None:
         print(f"# sweep on seed {TUNE_SEED}")
         print(
             f"{'optimizer':<8}{'lr':>6}{'damping':>9}{'memory':>11}{'acc':>7}{'t85 s':>8}"
-            f"{'t90 s':>8}{'ep85':>6}{'ms/ep':>7}{'wall s':>8}"
+            f"{'s85 s':>8}{'t90 s':>8}{'ep85':>6}{'ms/ep':>7}{'wall s':>8}"
         )
     for opt, points in grid.items():
         best = None
         for lr, lam, extra in points:
             s = _run(opt, lr, lam, TUNE_SEED, args, extra)
             log.append({"phase": "sweep", **s})
-            t = s["time_to_accuracy"]
+            t, sus = s["time_to_accuracy"], s["time_to_sustained_accuracy"]
             e85 = s["epochs_to_85"]
             print(
-                f"{opt:<8}{lr:>6}{lam:>9}{_memory(extra):>11}{s['test_accuracy']:7.3f}{_fmt(t['0.85'])}"
-                f"{_fmt(t['0.9'])}{e85 if e85 is not None else '-':>6}"
+                f"{opt:<8}{lr:>6}{lam:>9}{_memory(extra):>11}{s['test_accuracy']:7.3f}"
+                f"{_fmt(t['0.85'])}{_fmt(sus['0.85'])}{_fmt(t['0.9'])}"
+                f"{e85 if e85 is not None else '-':>6}"
                 f"{1e3 * s['epoch_seconds']:7.1f}{s['wall_seconds']:8.2f}"
                 + ("  diverged" if s["diverged"] else ""),
                 flush=True,
@@ -276,41 +286,55 @@ def main() -> None:
     medians: dict[str, dict[str, float | None]] = {}
     for opt, (lr, lam, extra) in chosen.items():
         rs = runs[opt]
-        t85 = [r["time_to_accuracy"]["0.85"] for r in rs if r["time_to_accuracy"]["0.85"]]
-        t90 = [r["time_to_accuracy"]["0.9"] for r in rs if r["time_to_accuracy"]["0.9"]]
+        row: dict[str, float | None] = {}
+        counts: dict[str, int] = {}
+        for key, field in (
+            ("first", "time_to_accuracy"),
+            ("sustained", "time_to_sustained_accuracy"),
+        ):
+            for t in ("0.85", "0.9"):
+                times = [r[field][t] for r in rs if r[field][t] is not None]
+                row[f"{key}_{t}"], counts[f"{key}_{t}"] = _median(times), len(times)
         e85 = [r["epochs_to_85"] for r in rs if r["epochs_to_85"] is not None]
-        medians[opt] = {"0.85": _median(t85), "0.9": _median(t90), "epochs_to_85": _median(e85)}
-        m85, m90, me = medians[opt]["0.85"], medians[opt]["0.9"], medians[opt]["epochs_to_85"]
+        row["epochs_to_85"] = _median(e85)
+        medians[opt] = row
+        n = len(seeds)
         print(
             f"{opt:<6} lr={lr} damping={lam} {_memory(extra)}: "
             f"acc {statistics.median(r['test_accuracy'] for r in rs):.3f}, "
-            f"t85 {_fmt(m85, 0)} s ({len(t85)}/{len(seeds)}), "
-            f"t90 {_fmt(m90, 0)} s ({len(t90)}/{len(seeds)}), "
-            f"epochs to 85% {me}, "
+            f"t85 {_fmt(row['first_0.85'], 0)} s ({counts['first_0.85']}/{n}), "
+            f"sustained {_fmt(row['sustained_0.85'], 0)} s ({counts['sustained_0.85']}/{n}), "
+            f"t90 {_fmt(row['first_0.9'], 0)} s ({counts['first_0.9']}/{n}), "
+            f"sustained {_fmt(row['sustained_0.9'], 0)} s ({counts['sustained_0.9']}/{n}), "
+            f"epochs to 85% {row['epochs_to_85']}, "
             f"{1e3 * statistics.median(r['epoch_seconds'] for r in rs):.1f} ms/epoch, "
-            f"diverged {sum(bool(r['diverged']) for r in rs)}/{len(seeds)}"
+            f"diverged {sum(bool(r['diverged']) for r in rs)}/{n}"
         )
-    for other in ("kfac", "sgd"):
-        ratios: list[float] = []
-        for h, o in zip(runs["hylo"], runs[other], strict=True):
-            th, to = h["time_to_accuracy"]["0.85"], o["time_to_accuracy"]["0.85"]
-            if th and to:
-                ratios.append(to / th)
+    ratio: dict[str, float] = {}
+    for key, field in (("sustained", "time_to_sustained_accuracy"), ("first", "time_to_accuracy")):
+        for other in ("kfac", "sgd"):
+            ratios: list[float] = []
+            for h, o in zip(runs["hylo"], runs[other], strict=True):
+                th, to = h[field]["0.85"], o[field]["0.85"]
+                if th and to:
+                    ratios.append(to / th)
+            print(
+                f"same-seed {other} time / hylo time to 85% ({key}): "
+                f"{[round(r, 2) for r in ratios]}, median {_fmt(_median(ratios), 0)}"
+            )
+        t_h, t_k, t_s = (medians[o][f"{key}_0.85"] for o in ("hylo", "kfac", "sgd"))
+        ratio[key] = t_k / t_h if (t_h is not None and t_k is not None) else float("nan")
+        met = ratio[key] >= TARGET_T85_RATIO and t_h is not None and t_s is not None and t_h < t_s
         print(
-            f"same-seed {other} time / hylo time to 85%: "
-            f"{[round(r, 2) for r in ratios]}, median {_fmt(_median(ratios), 0)}"
+            f"# target (HyLo >= {TARGET_T85_RATIO}x faster than K-FAC to 85% and faster than "
+            f"SGD), {key} times: {'met' if met else 'NOT met'}"
         )
-    t_h, t_k, t_s = medians["hylo"]["0.85"], medians["kfac"]["0.85"], medians["sgd"]["0.85"]
-    ratio = t_k / t_h if (t_h is not None and t_k is not None) else float("nan")
-    met = ratio >= TARGET_T85_RATIO and t_h is not None and t_s is not None and t_h < t_s
-    print(
-        f"# target (HyLo >= {TARGET_T85_RATIO}x faster than K-FAC to 85% and faster than SGD): "
-        f"{'met' if met else 'NOT met'}"
-    )
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"chosen": chosen, "medians": medians, "runs": log}, f, indent=1)
-    print(f"RESULT hylo_vs_kfac_time_to_85 {ratio:.2f}")
+            record = {"args": vars(args), "chosen": chosen, "medians": medians, "runs": log}
+            json.dump(record, f, indent=1)
+    print(f"RESULT hylo_vs_kfac_sustained_time_to_85 {ratio['sustained']:.2f}")
+    print(f"RESULT hylo_vs_kfac_time_to_85 {ratio['first']:.2f}")
 
 
 if __name__ == "__main__":

@@ -115,9 +115,9 @@ def hylo_rank(
             steps_per_epoch,
             step_loss,
             device,
-            world,
-            cfg.evals_per_epoch,
-            evaluate_between if rank == 0 and test is not None else None,
+            world=world,
+            evals_per_epoch=cfg.evals_per_epoch,
+            evaluate_between=evaluate_between if rank == 0 and test is not None else None,
         )
         train_seconds += result.seconds
         train_loss = float(result.loss_sum) / steps_per_epoch
@@ -153,6 +153,8 @@ def hylo_rank(
         "test_accuracy": acc,
         "best_test_accuracy": accuracy.best,
         "time_to_accuracy": accuracy.time_to_accuracy,
+        "time_to_sustained_accuracy": accuracy.time_to_sustained_accuracy(),
+        "evaluations": [list(e) for e in accuracy.history],
         "device": str(device),
         "config": asdict(cfg),
     }

@@ -50,7 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--width",
         type=int,
         default=None,
-        help="channels of the model (default: the published size, cnn1d 25, resnet32 16, unet 8)",
+        help="channels of the model, an integer >= 1 (default: the published size: "
+        "cnn1d 25, resnet32 16, unet 8)",
     )
     p.add_argument("--data", choices=("builtin:mnist1d", "synthetic"), default="builtin:mnist1d")
     p.add_argument("--optimizer", choices=_OPTIMIZERS, default="hylo")
@@ -88,7 +89,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--evals-per-epoch",
         type=int,
         default=1,
-        help="test evaluations per epoch (clock stopped): time_to_accuracy resolves 1/k epoch",
+        help="test evaluations per epoch, an integer >= 1 (clock stopped; the times to an "
+        "accuracy resolve 1/k epoch)",
     )
     p.add_argument(
         "--kid-epochs",
@@ -108,8 +110,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The :func:`~.train.train` configuration (a dict) from parsed arguments."""
     keys = (
-        "model width data optimizer epochs batch_size lr workers device seed out momentum weight_decay "
-        "warmup_epochs lr_decay_epochs lr_decay damping damping_target rank_ratio "
-        "inv_update_steps fisher_window factor_decay evals_per_epoch kid_epochs switch_threshold kl_clip n_train n_test threads timeout"
+        "model width data optimizer epochs batch_size lr workers device seed out momentum "
+        "weight_decay warmup_epochs lr_decay_epochs lr_decay damping damping_target rank_ratio "
+        "inv_update_steps fisher_window factor_decay evals_per_epoch kid_epochs "
+        "switch_threshold kl_clip n_train n_test threads timeout"
     ).split()
     return {k: getattr(args, k) for k in keys}

@@ -93,7 +93,10 @@ def run_epoch(
 
 
 def epoch_parts(steps: int, parts: int) -> list[range]:
-    """The steps ``0 .. steps-1`` cut into ``min(parts, steps)`` contiguous, near-equal ranges."""
+    """The steps ``0 .. steps-1`` cut into ``min(parts, steps)`` contiguous, near-equal ranges
+    (one empty range when ``steps`` is 0)."""
+    if isinstance(parts, bool) or not isinstance(parts, int) or parts < 1:
+        raise ValueError(f"parts must be an integer >= 1, got {parts!r}")
     k = max(1, min(parts, steps))
     bounds = [round(i * steps / k) for i in range(k + 1)]
     return [range(a, b) for a, b in zip(bounds, bounds[1:], strict=False)]
@@ -107,6 +110,7 @@ def run_epoch_in_parts(
     steps: int,
     step_loss: Callable[[Tensor, Tensor], Tensor],
     device: torch.device,
+    *,
     world: int = 1,
     evals_per_epoch: int = 1,
     evaluate_between: Callable[[float], None] | None = None,
@@ -131,18 +135,40 @@ def run_epoch_in_parts(
 
 @dataclass
 class AccuracyLog:
-    """Best test accuracy, and training seconds to each threshold (``None`` until reached)."""
+    """Every test evaluation ``(training seconds, accuracy)``, the best accuracy, and the
+    training seconds to each threshold of :data:`THRESHOLDS` (``None`` until reached).
+
+    ``time_to_accuracy`` is the first evaluation at or above a threshold (the usual definition);
+    :meth:`time_to_sustained_accuracy` is the first evaluation from which every later one stays
+    at or above it.  The first is biased early for a noisy run, the more so the more often it is
+    evaluated; the second is not fooled by a brief rise that falls back.
+    """
 
     best: float = 0.0
     time_to_accuracy: dict[str, float | None] = field(
         default_factory=lambda: {t: None for t in THRESHOLDS}
     )
+    history: list[tuple[float, float]] = field(default_factory=list)
 
     def observe(self, accuracy: float, train_seconds: float) -> None:
+        self.history.append((train_seconds, accuracy))
         self.best = max(self.best, accuracy)
         for t in THRESHOLDS:
             if self.time_to_accuracy[t] is None and accuracy >= float(t):
                 self.time_to_accuracy[t] = train_seconds
+
+    def time_to_sustained_accuracy(self) -> dict[str, float | None]:
+        """Per threshold, the seconds of the first evaluation after which none falls below it."""
+        out: dict[str, float | None] = {}
+        for t in THRESHOLDS:
+            since: float | None = None
+            for seconds, accuracy in self.history:
+                if accuracy < float(t):
+                    since = None
+                elif since is None:
+                    since = seconds
+            out[t] = since
+        return out
 
 
 def epoch_record(

@@ -106,9 +106,9 @@ class ResNetCifar(nn.Module):
         return self.fc(h)
 
 
-def resnet32(classes: int = 10) -> ResNetCifar:
+def resnet32(classes: int = 10, width: int = 16) -> ResNetCifar:
     """ResNet-32 for 3 x 32 x 32 inputs (31 convolutions and a linear classifier)."""
-    return ResNetCifar(blocks=5, classes=classes)
+    return ResNetCifar(blocks=5, classes=classes, width=width)
 
 
 def _double_conv(cin: int, cout: int) -> nn.Sequential:
@@ -193,10 +193,10 @@ def build_model(name: str, width: int | None = None) -> nn.Module:
     if name not in DEFAULT_WIDTH:
         raise ValueError(f"model must be one of {tuple(DEFAULT_WIDTH)}, got {name!r}")
     if width is not None and (isinstance(width, bool) or not isinstance(width, int) or width < 1):
-        raise ValueError(f"width must be an integer >= 1 or None, got {width!r}")
+        raise ValueError(f"width must be an integer >= 1 (or None), got {width!r}")
     w = DEFAULT_WIDTH[name] if width is None else width
     if name == "cnn1d":
         return CNN1D(channels=w)
     if name == "resnet32":
-        return ResNetCifar(blocks=5, width=w)
+        return resnet32(width=w)
     return UNet(width=w)

@@ -6,8 +6,10 @@ Writes into ``config.out`` (when given):
   (training time, evaluation excluded), ``test_accuracy`` (final), ``best_test_accuracy``,
   ``time_to_accuracy`` (``{"0.8": s, "0.85": s, "0.9": s}``, seconds of training until the
   test accuracy first reached the threshold, or ``null``; it is measured at the end of every
-  epoch and, with ``evals_per_epoch`` k > 1, also after each k-th of an epoch) and the
-  configuration;
+  epoch and, with ``evals_per_epoch`` k > 1, also after each k-th of an epoch),
+  ``time_to_sustained_accuracy`` (the same, from the first evaluation after which the accuracy
+  never fell below the threshold again: not fooled by a brief rise), ``evaluations`` (every
+  ``[training seconds, test accuracy]``) and the configuration;
 * ``metrics.jsonl`` -- one JSON object per epoch (loss, accuracy, cumulative training seconds,
   learning rate, damping, and for HyLo the steps per method of each layer);
 * ``model.pt`` -- the model's ``state_dict``.
@@ -87,6 +89,9 @@ class TrainConfig:
     given epoch windows.  ``fisher_window`` (HyLo) keeps the rows of the last W inverse updates in
     each kernel; ``factor_decay`` (K-FAC) keeps running averages of its Kronecker factors,
     ``factor <- decay * factor + (1 - decay) * new`` (KAISA's convention; 0 keeps the newest only).
+    ``width`` (an integer >= 1, or ``None`` for the published size) sets the model's channels
+    (:data:`~.models.DEFAULT_WIDTH`); ``evals_per_epoch`` (>= 1) is how often the test set is
+    evaluated per epoch, with the training clock stopped (training itself is unchanged).
     """
 
     model: str = "cnn1d"
@@ -404,9 +409,9 @@ def _run(rank: int, world: int, params: dict[str, Any]) -> dict[str, Any]:
                 steps_per_epoch,
                 step_loss,
                 device,
-                world,
-                cfg.evals_per_epoch,
-                evaluate_between if rank == 0 else None,
+                world=world,
+                evals_per_epoch=cfg.evals_per_epoch,
+                evaluate_between=evaluate_between if rank == 0 else None,
             )
         except torch.linalg.LinAlgError:
             if world > 1:  # the other ranks wait in a collective: fail the whole launch
@@ -442,6 +447,8 @@ def _run(rank: int, world: int, params: dict[str, Any]) -> dict[str, Any]:
         "test_accuracy": acc,
         "best_test_accuracy": accuracy.best,
         "time_to_accuracy": accuracy.time_to_accuracy,
+        "time_to_sustained_accuracy": accuracy.time_to_sustained_accuracy(),
+        "evaluations": [list(e) for e in accuracy.history],
         "config": asdict(cfg),
     }
     if rank == 0 and cfg.out:

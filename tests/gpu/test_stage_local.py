@@ -62,7 +62,7 @@ def test_two_ranks_read_their_dataframe_partitions(spark, tmp_path):
         "features array<float>, label long",
     )
     summary = train_hylo_spark(
-        dict(SMALL, workers=2, epochs=1),
+        dict(SMALL, workers=2, epochs=1, evals_per_epoch=2),
         spark,
         source=src,
         data=dataframe_shards(df, 2),
@@ -71,6 +71,7 @@ def test_two_ranks_read_their_dataframe_partitions(spark, tmp_path):
     rows = [int(logs[r][0].split("read ")[1].split()[0]) for r in ("0", "1")]
     assert sum(rows) == 128 and min(rows) > 0, logs
     assert np.isfinite(summary["wall_seconds"]) and summary["workers"] == 2
+    assert len(summary["evaluations"]) == 2  # one within the epoch (rank 0 only), one at its end
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 
 import pytest
 import torch
@@ -11,7 +12,7 @@ import torch
 from async_spark.hylo import HyLo
 from async_spark.hylo.cli_args import add_arguments, config_from_args
 from async_spark.hylo.data import load_dataset
-from async_spark.hylo.epochs import epoch_parts, run_epoch_in_parts
+from async_spark.hylo.epochs import AccuracyLog, epoch_parts, run_epoch_in_parts
 from async_spark.hylo.models import CNN1D, UNet, build_model, resnet32, resnet50_layer_shapes
 from async_spark.hylo.train import TrainConfig, train
 
@@ -135,6 +136,9 @@ def test_epoch_parts_cover_every_step_once_in_order():
             assert len(cut) == min(parts, steps)
             assert [s for r in cut for s in r] == list(range(steps))
             assert max(len(r) for r in cut) - min(len(r) for r in cut) <= 1
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="parts must be an integer >= 1"):
+            epoch_parts(5, bad)
 
 
 def test_run_epoch_in_parts_evaluates_between_parts_only():
@@ -154,11 +158,41 @@ def test_run_epoch_in_parts_evaluates_between_parts_only():
         loss.backward()
         return loss
 
+    def slow_evaluation(seconds):
+        clocks.append(seconds)
+        time.sleep(0.2)  # must not count as training time
+
     result = run_epoch_in_parts(
-        net, opt, sched, batch, 7, step_loss, torch.device("cpu"), 1, 3, clocks.append
+        net,
+        opt,
+        sched,
+        batch,
+        7,
+        step_loss,
+        torch.device("cpu"),
+        evals_per_epoch=3,
+        evaluate_between=slow_evaluation,
     )
     assert visited == list(range(7)) and result.steps == 7
     assert len(clocks) == 2 and 0 < clocks[0] <= clocks[1] <= result.seconds
+    assert result.seconds < 0.2  # the 0.4 s of evaluations stayed off the clock
+
+
+def test_time_to_sustained_accuracy_ignores_a_rise_that_falls_back():
+    log = AccuracyLog()
+    for seconds, acc in (
+        (1.0, 0.70),
+        (2.0, 0.86),
+        (3.0, 0.83),
+        (4.0, 0.87),
+        (5.0, 0.91),
+        (6.0, 0.88),
+    ):
+        log.observe(acc, seconds)
+    assert log.time_to_accuracy == {"0.8": 2.0, "0.85": 2.0, "0.9": 5.0}
+    assert log.time_to_sustained_accuracy() == {"0.8": 2.0, "0.85": 4.0, "0.9": None}
+    assert log.best == 0.91 and log.history[2] == (3.0, 0.83)
+    assert AccuracyLog().time_to_sustained_accuracy() == {"0.8": None, "0.85": None, "0.9": None}
 
 
 def test_evaluations_within_an_epoch_do_not_change_training(tmp_path):
@@ -182,11 +216,16 @@ def test_evaluations_within_an_epoch_do_not_change_training(tmp_path):
             torch.load(out / "model.pt", weights_only=True),
             [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()],
         )
-    (_, m1, r1), (s3, m3, r3) = runs[1], runs[3]
+    (s1, m1, r1), (s3, m3, r3) = runs[1], runs[3]
     assert all(torch.equal(m1[name], m3[name]) for name in m1)
     assert [r["train_loss"] for r in r1] == [r["train_loss"] for r in r3]
     assert [r["test_accuracy"] for r in r1] == [r["test_accuracy"] for r in r3]
-    assert s3["config"]["evals_per_epoch"] == 3
+    # 6 steps per epoch in 3 parts: 2 evaluations within each epoch and 1 at its end
+    assert [e[1] for e in s1["evaluations"]] == [r["test_accuracy"] for r in r1]
+    clocks = [e[0] for e in s3["evaluations"]]
+    assert len(clocks) == 6 and clocks == sorted(clocks) and len(set(clocks)) == 6
+    assert [clocks[2], clocks[5]] == [r["train_seconds"] for r in r3]
+    assert [e[1] for e in s3["evaluations"]][2::3] == [r["test_accuracy"] for r in r3]
 
 
 def test_train_two_workers_unet(tmp_path):
@@ -201,11 +240,13 @@ def test_train_two_workers_unet(tmp_path):
             "n_test": 8,
             "workers": 2,
             "inv_update_steps": 1,
+            "evals_per_epoch": 2,
             "out": str(tmp_path),
             "timeout": 120,
         }
     )
     assert summary["workers"] == 2 and 0.0 <= summary["test_accuracy"] <= 1.0
+    assert len(summary["evaluations"]) == 2  # rank 0 evaluated mid-epoch while rank 1 waited
     assert (tmp_path / "model.pt").exists()
 
 
