@@ -83,12 +83,14 @@ def log_hylo_run(run: MlflowRun, out_dir: str, params: dict[str, Any] | None = N
                 ((r["epoch"], r[key], r.get("train_seconds", 0.0)) for r in records if key in r),
             )
     tta = summary.get("time_to_accuracy") or {}
+    sustained = summary.get("time_to_sustained_accuracy") or {}
     run.log_metrics(
         {
             "final_test_accuracy": summary.get("test_accuracy"),
             "best_test_accuracy": summary.get("best_test_accuracy"),
             "wall_seconds": summary.get("wall_seconds"),
             **{f"time_to_accuracy_{k}": v for k, v in tta.items()},
+            **{f"time_to_sustained_accuracy_{k}": v for k, v in sustained.items()},
         }
     )
     if summary:

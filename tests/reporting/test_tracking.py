@@ -273,3 +273,29 @@ def test_interrupted_hylo_run_is_killed_with_its_finished_epochs(store, monkeypa
     history = store.get_metric_history(run.info.run_id, "test_accuracy")
     assert [m.step for m in history] == [1, 2]
     assert {f.path for f in store.list_artifacts(run.info.run_id)} == {"metrics.jsonl"}
+
+
+def test_hylo_times_to_accuracy_are_logged_when_reached(store, monkeypatch, tmp_path):
+    import json
+
+    import async_spark.cli as cli
+
+    out = tmp_path / "hylo"
+
+    def trained(args):
+        out.mkdir()
+        summary = {
+            "test_accuracy": 0.88,
+            "time_to_accuracy": {"0.8": 1.5, "0.85": 2.0, "0.9": None},
+            "time_to_sustained_accuracy": {"0.8": 1.5, "0.85": 3.0, "0.9": None},
+        }
+        (out / "summary.json").write_text(json.dumps(summary))
+        return 0
+
+    monkeypatch.setattr(cli, "_train_hylo", trained)
+    assert main(["hylo", "--optimizer", "sgd", "--out", str(out), "--mlflow"]) == 0
+    (run,) = _runs(store)
+    metrics = run.data.metrics
+    assert metrics["time_to_accuracy_0.85"] == 2.0
+    assert metrics["time_to_sustained_accuracy_0.85"] == 3.0
+    assert "time_to_accuracy_0.9" not in metrics and "time_to_sustained_accuracy_0.9" not in metrics
