@@ -106,8 +106,8 @@ class Layer:
     inverse: Tensor | None = None
     damping: float = 0.0
     method: str = ""
-    norm_sum: float = 0.0
-    norm_count: int = 0
+    norm_sum: float | Tensor = 0.0  # gradient norms since the last inverse update (a device
+    norm_count: int = 0  # scalar while training, so that summing them needs no host sync)
     counts: dict[str, int] = field(default_factory=dict)
     window: deque[Capture] = field(default_factory=deque)
 

@@ -60,7 +60,11 @@ _ASSIGNMENTS = ("greedy", "contiguous")
 def kl_clip_scale(pairs: Iterable[tuple[Tensor, Tensor]], lr: float, kl_clip: float) -> float:
     """KAISA/K-FAC's KL clipping factor ``min(1, sqrt(kl_clip / (lr^2 sum <d, g>)))`` over
     (preconditioned direction, raw gradient) pairs; 1 when the sum is not positive and finite."""
-    vg = sum(float((d * g).sum()) for d, g in pairs) * lr * lr
+    dots = [(d * g).sum().to(torch.float64) for d, g in pairs]
+    if not dots:
+        return 1.0
+    # one host sync for all layers (a float() per layer would stall a GPU once per layer)
+    vg = float(torch.stack([t.to(dots[0].device) for t in dots]).sum()) * lr * lr
     if vg <= 0 or not math.isfinite(vg):
         return 1.0
     return min(1.0, math.sqrt(kl_clip / vg))
@@ -345,11 +349,12 @@ class HyLo:
         gradient are left alone; before the first inverse update gradients pass unchanged.
         """
         grads = {layer.name: grad_matrix(layer) for layer in self.layers}
-        for layer in self.layers:
-            g = grads[layer.name]
-            if g is not None:
-                layer.norm_sum += float(torch.linalg.vector_norm(g))
-                layer.norm_count += 1
+        if self.method == "hybrid":  # the switch rule's signal; summed on the device, no sync
+            for layer in self.layers:
+                g = grads[layer.name]
+                if g is not None:
+                    layer.norm_sum = layer.norm_sum + torch.linalg.vector_norm(g).double()
+                    layer.norm_count += 1
         update = self.steps % self.inv_update_steps == 0 and any(
             layer.A is not None and layer.G is not None for layer in self.layers
         )
@@ -396,7 +401,7 @@ class HyLo:
     def _choose(self, layer: Layer) -> str:
         if self.method != "hybrid":
             return self.method
-        norm = layer.norm_sum / max(1, layer.norm_count)
+        norm = float(layer.norm_sum) / max(1, layer.norm_count)
         return self.rule.choose(layer.name, self.epoch, norm)
 
     def _update_inverses(self) -> None:
@@ -434,7 +439,7 @@ class HyLo:
             entry: dict[str, Any] = {
                 "method": layer.method,
                 "damping": layer.damping,
-                "norm_sum": layer.norm_sum,
+                "norm_sum": float(layer.norm_sum),
                 "norm_count": layer.norm_count,
                 "counts": dict(layer.counts),
             }
