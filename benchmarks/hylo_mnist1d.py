@@ -251,6 +251,14 @@ def main() -> None:
         grid = {}
         chosen = _load_chosen(args.chosen, no_smw=args.no_smw)
         print(f"# no sweep: the configurations chosen in {args.chosen}: {chosen}")
+        with open(args.chosen) as f:
+            source = json.load(f).get("args", {})
+        if source:  # say where they were tuned: they are reused here untuned
+            print(
+                f"# (chosen at width {source.get('width') or DEFAULT_WIDTH['cnn1d']}, "
+                f"{source.get('epochs')} epochs, {source.get('evals_per_epoch')} evaluations "
+                "per epoch)"
+            )
     else:
         print(f"# sweep on seed {TUNE_SEED}")
         print(
