@@ -103,10 +103,6 @@ def hylo_rank(
             idx = perm[s * local : (s + 1) * local]
             return x_train[idx].to(device), y_train[idx].to(device)
 
-        def evaluate_between(seconds: float, done: float = train_seconds) -> None:
-            assert test is not None  # passed only when there is a test set
-            accuracy.observe(evaluate(net, test, device, 512)[1], done + seconds)
-
         result = run_epoch_in_parts(
             model,
             opt,
@@ -117,7 +113,11 @@ def hylo_rank(
             device,
             world=world,
             evals_per_epoch=cfg.evals_per_epoch,
-            evaluate_between=evaluate_between if rank == 0 and test is not None else None,
+            evaluate_between=(
+                accuracy.evaluator(net, test, device, train_seconds)
+                if rank == 0 and test is not None
+                else None
+            ),
         )
         train_seconds += result.seconds
         train_loss = float(result.loss_sum) / steps_per_epoch

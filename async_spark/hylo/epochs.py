@@ -157,6 +157,17 @@ class AccuracyLog:
             if self.time_to_accuracy[t] is None and accuracy >= float(t):
                 self.time_to_accuracy[t] = train_seconds
 
+    def evaluator(
+        self, model: nn.Module, data: Dataset, device: torch.device, done: float
+    ) -> Callable[[float], None]:
+        """``evaluate_between`` for :func:`run_epoch_in_parts`: test ``model`` on ``data`` and
+        record the accuracy at ``done + seconds`` (``done``: training seconds before the epoch)."""
+
+        def observe(seconds: float) -> None:
+            self.observe(evaluate(model, data, device, 512)[1], done + seconds)
+
+        return observe
+
     def time_to_sustained_accuracy(self) -> dict[str, float | None]:
         """Per threshold, the seconds of the first evaluation after which none falls below it."""
         out: dict[str, float | None] = {}

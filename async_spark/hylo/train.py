@@ -397,9 +397,6 @@ def _run(rank: int, world: int, params: dict[str, Any]) -> dict[str, Any]:
             ]
             return data.x_train[idx].to(device), data.y_train[idx].to(device)
 
-        def evaluate_between(seconds: float, done: float = train_seconds) -> None:
-            accuracy.observe(evaluate(net, data, device, 512)[1], done + seconds)
-
         try:
             result = run_epoch_in_parts(
                 model,
@@ -411,7 +408,9 @@ def _run(rank: int, world: int, params: dict[str, Any]) -> dict[str, Any]:
                 device,
                 world=world,
                 evals_per_epoch=cfg.evals_per_epoch,
-                evaluate_between=evaluate_between if rank == 0 else None,
+                evaluate_between=(
+                    accuracy.evaluator(net, data, device, train_seconds) if rank == 0 else None
+                ),
             )
         except torch.linalg.LinAlgError:
             if world > 1:  # the other ranks wait in a collective: fail the whole launch
