@@ -71,6 +71,8 @@ from async_spark.hylo.models import DEFAULT_WIDTH
 TUNE_SEED = 100
 KL_CLIP = 1e-3
 TARGET_T85_RATIO = 1.4
+# the two times to an accuracy in a summary: first crossing, and sustained to the run's end
+TIMES = (("first", "time_to_accuracy"), ("sustained", "time_to_sustained_accuracy"))
 
 # K-FAC gets HyLo's KL clip inside async_spark.hylo.train (cfg.kl_clip), as KAISA clips K-FAC.
 
@@ -154,11 +156,15 @@ def _memory(extra: dict[str, Any]) -> str:
     return "-"
 
 
-def _load_chosen(path: str, no_smw: bool) -> dict[str, tuple[float, float, dict[str, Any]]]:
-    """The ``chosen`` configurations of an earlier ``--out`` file (sgd, hylo and kfac needed)."""
+def _load_chosen(
+    path: str, no_smw: bool
+) -> tuple[dict[str, tuple[float, float, dict[str, Any]]], dict[str, Any]]:
+    """The ``chosen`` configurations of an earlier ``--out`` file (sgd, hylo and kfac needed),
+    and the arguments of the run that chose them (empty for files without them)."""
     try:
         with open(path) as f:
-            raw = json.load(f)["chosen"]
+            record = json.load(f)
+        raw = record["chosen"]
         chosen = {
             opt: (float(lr), float(lam), dict(extra)) for opt, (lr, lam, extra) in raw.items()
         }
@@ -169,7 +175,7 @@ def _load_chosen(path: str, no_smw: bool) -> dict[str, tuple[float, float, dict[
         raise SystemExit(f"--chosen {path}: no configuration for {sorted(missing)}")
     if no_smw:
         chosen.pop("smw", None)
-    return chosen
+    return chosen, dict(record.get("args") or {})
 
 
 def _median(v: list[float]) -> float | None:
@@ -249,10 +255,8 @@ def main() -> None:
     )
     if args.chosen:
         grid = {}
-        chosen = _load_chosen(args.chosen, no_smw=args.no_smw)
+        chosen, source = _load_chosen(args.chosen, no_smw=args.no_smw)
         print(f"# no sweep: the configurations chosen in {args.chosen}: {chosen}")
-        with open(args.chosen) as f:
-            source = json.load(f).get("args", {})
         if source:  # say where they were tuned: they are reused here untuned
             print(
                 f"# (chosen at width {source.get('width') or DEFAULT_WIDTH['cnn1d']}, "
@@ -296,10 +300,7 @@ def main() -> None:
         rs = runs[opt]
         row: dict[str, float | None] = {}
         counts: dict[str, int] = {}
-        for key, field in (
-            ("first", "time_to_accuracy"),
-            ("sustained", "time_to_sustained_accuracy"),
-        ):
+        for key, field in TIMES:
             for t in ("0.85", "0.9"):
                 times = [r[field][t] for r in rs if r[field][t] is not None]
                 row[f"{key}_{t}"], counts[f"{key}_{t}"] = _median(times), len(times)
@@ -319,7 +320,7 @@ def main() -> None:
             f"diverged {sum(bool(r['diverged']) for r in rs)}/{n}"
         )
     ratio: dict[str, float] = {}
-    for key, field in (("sustained", "time_to_sustained_accuracy"), ("first", "time_to_accuracy")):
+    for key, field in TIMES:
         for other in ("kfac", "sgd"):
             ratios: list[float] = []
             for h, o in zip(runs["hylo"], runs[other], strict=True):

@@ -144,18 +144,22 @@ class AccuracyLog:
     evaluated; the second is not fooled by a brief rise that falls back.
     """
 
-    best: float = 0.0
-    time_to_accuracy: dict[str, float | None] = field(
-        default_factory=lambda: {t: None for t in THRESHOLDS}
-    )
     history: list[tuple[float, float]] = field(default_factory=list)
 
     def observe(self, accuracy: float, train_seconds: float) -> None:
         self.history.append((train_seconds, accuracy))
-        self.best = max(self.best, accuracy)
-        for t in THRESHOLDS:
-            if self.time_to_accuracy[t] is None and accuracy >= float(t):
-                self.time_to_accuracy[t] = train_seconds
+
+    @property
+    def best(self) -> float:
+        return max((accuracy for _, accuracy in self.history), default=0.0)
+
+    @property
+    def time_to_accuracy(self) -> dict[str, float | None]:
+        """Per threshold, the seconds of the first evaluation at or above it."""
+        return {
+            t: next((s for s, accuracy in self.history if accuracy >= float(t)), None)
+            for t in THRESHOLDS
+        }
 
     def evaluator(
         self, model: nn.Module, data: Dataset, device: torch.device, done: float
