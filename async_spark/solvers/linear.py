@@ -407,11 +407,14 @@ def train_linear(
             for result in _results_or_divergence(engine, gamma):
                 msg = message(result)
                 if config.synchronous:
-                    round_buffer.append(msg)
+                    round_buffer.append((result.block, msg))
                     if len(round_buffer) < engine.live_blocks:
                         continue
                     combine = combine_sgd_messages if rule_name == "sgd" else combine_saga_messages
-                    msg = combine(round_buffer)
+                    # In block order: the round's sum does not depend on the order results
+                    # arrived in, so a seeded synchronous run is bit-reproducible.
+                    round_buffer.sort(key=lambda item: item[0])
+                    msg = combine([m for _, m in round_buffer])
                     round_buffer = []
                 gnorm = float(np.linalg.norm(msg[1] if rule_name == "saga" else msg[0]))
                 if segment_updates < 10:  # this run's (or this resumed segment's) first updates
