@@ -17,15 +17,31 @@ others still run):
    its GPU from Spark's resource profile; then two ranks asking for 0.5 GPU each (one GPU, NCCL)
    must be refused with a clear error, not hang. Skipped without Java.
 
-On a machine without CUDA it prints ``{"skipped": true, ...}`` and exits 0.
+Every section ends with an ``ok`` flag: 1 and 2 their error bounds (float64 CUDA within 1e-8 of
+CPU); 3 every time finite and > 0; 4 no run diverged, accuracies in [0, 1], times finite; 5 the GPU
+came from Spark and the shared-GPU request was refused. A section that raised records
+``ok: false`` with its error; a section skipped for want of Java records ``skipped``.
+
+Exit status (the last stdout line is ``RESULT gpu_check_failed_sections <count>``):
+
+* 0 -- every section that ran is ok;
+* 1 -- at least one failed; stderr names each (``gpu_check: FAILED kernels: ...``);
+* 3 -- no CUDA device (or no torch): nothing was checked. It prints ``{"skipped": true, ...}`` and
+  a ``gpu_check: no CUDA device ...`` line on stderr. A distinct code, so that a GPU job whose
+  device went missing is not mistaken for a pass; ``--allow-no-gpu`` turns it into 0 for scripts
+  that run the check on any machine.
+
+``--smoke``: sections 1 and 2 only, at their smallest size (seconds on any GPU).
 
     python benchmarks/gpu_check.py --out runs/gpu_check.json
+    python benchmarks/gpu_check.py --smoke
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import sys
@@ -36,6 +52,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+EXIT_FAILED = 1
+EXIT_NO_GPU = 3
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -46,14 +64,19 @@ def _rel(a: Any, b: Any) -> float:
     )
 
 
-def check_kernels() -> dict[str, Any]:
+KERNEL_SHAPES = ((64, 577, 64), (128, 1153, 128), (256, 4609, 512))
+
+
+def check_kernels(
+    shapes: tuple[tuple[int, int, int], ...] = KERNEL_SHAPES, device: str = "cuda"
+) -> dict[str, Any]:
     import torch
 
     from async_spark.hylo import kernels as K
 
     out: dict[str, Any] = {}
     g = torch.Generator().manual_seed(0)
-    for n, d_in, d_out in ((64, 577, 64), (128, 1153, 128), (256, 4609, 512)):
+    for n, d_in, d_out in shapes:
         A = torch.randn(n, d_in, generator=g, dtype=torch.float64)
         G = torch.randn(n, d_out, generator=g, dtype=torch.float64) / d_out**0.5
         grad = torch.randn(d_out, d_in, generator=g, dtype=torch.float64)
@@ -66,7 +89,7 @@ def check_kernels() -> dict[str, Any]:
         }
         row: dict[str, Any] = {}
         for dtype in (torch.float64, torch.float32):
-            Ac, Gc, gc = (t.to("cuda", dtype) for t in (A, G, grad))
+            Ac, Gc, gc = (t.to(device, dtype) for t in (A, G, grad))
             gpu = {
                 "kernel": K.kernel_matrix(Ac, Gc),
                 "inverse": K.woodbury_inverse(Ac, Gc, lam),
@@ -83,7 +106,7 @@ def check_kernels() -> dict[str, Any]:
     return out
 
 
-def check_preconditioner() -> dict[str, Any]:
+def check_preconditioner(device: str = "cuda") -> dict[str, Any]:
     import torch
     import torch.nn.functional as F
     from torch import nn
@@ -91,11 +114,11 @@ def check_preconditioner() -> dict[str, Any]:
     from async_spark.hylo import HyLo
     from async_spark.hylo.schedules import EpochWindowRule
 
-    def directions(device: str) -> list[Any]:
+    def directions(on: str) -> list[Any]:
         torch.manual_seed(0)
         model = nn.Sequential(
             nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 8 * 8, 10)
-        ).to(device, torch.float64)
+        ).to(on, torch.float64)
         precond = HyLo(
             model,
             method="hybrid",
@@ -109,15 +132,15 @@ def check_preconditioner() -> dict[str, Any]:
         for step in range(5):
             if step == 2:
                 precond.set_epoch(1)  # KID captures, then KIS ones, in one window
-            x = torch.randn(32, 3, 8, 8, generator=g, dtype=torch.float64).to(device)
-            y = torch.randint(0, 10, (32,), generator=g).to(device)
+            x = torch.randn(32, 3, 8, 8, generator=g, dtype=torch.float64).to(on)
+            y = torch.randint(0, 10, (32,), generator=g).to(on)
             model.zero_grad()
             F.cross_entropy(model(x), y).backward()
             precond.step()
             out.append(torch.cat([p.grad.reshape(-1) for p in model.parameters()]).cpu())
         return out
 
-    cpu, gpu = directions("cpu"), directions("cuda")
+    cpu, gpu = directions("cpu"), directions(device)
     errs = [_rel(a, b) for a, b in zip(gpu, cpu, strict=True)]
     return {"step_rel_err": errs, "max_rel_err": max(errs), "ok": max(errs) < 1e-8}
 
@@ -139,7 +162,8 @@ def check_inverse() -> dict[str, Any]:
             t_inv, t_eig = kfac_times(d_in, d_out, device, repeats=3)
             row.update(name=name, kfac_inv_s=t_inv, kfac_eigh_s=t_eig)
             rows.append(row)
-    return {"rows": rows}
+    times = [float(v) for r in rows for k, v in r.items() if k.endswith("_s") and v is not None]
+    return {"rows": rows, "ok": bool(times) and all(math.isfinite(t) and t > 0 for t in times)}
 
 
 def check_resnet32(n_train: int, epochs: int) -> dict[str, Any]:
@@ -167,7 +191,16 @@ def check_resnet32(n_train: int, epochs: int) -> dict[str, Any]:
             "train_seconds": s["wall_seconds"],
             "seconds_per_epoch": s["wall_seconds"] / max(1, s["epochs_run"]),
         }
+        out[key]["diverged"] = bool(s["diverged"])
     out["hylo_over_sgd_time"] = out["hylo"]["train_seconds"] / out["sgd"]["train_seconds"]
+    runs = [out[k] for k in ("sgd", "hylo", "hylo_w10")]
+    out["ok"] = all(
+        not r["diverged"]
+        and 0.0 <= r["test_accuracy"] <= 1.0
+        and math.isfinite(r["train_seconds"])
+        and r["train_seconds"] > 0
+        for r in runs
+    )
     return out
 
 
@@ -256,7 +289,22 @@ def check_spark_stage() -> dict[str, Any]:
     return out
 
 
-def main() -> int:
+def failed_sections(report: dict[str, Any], names: list[str]) -> dict[str, str]:
+    """Section name -> why it failed, for each section in ``names`` that is not ok or skipped."""
+    out: dict[str, str] = {}
+    for name in names:
+        sec = report.get(name, {})
+        if sec.get("skipped"):
+            continue
+        if "error" in sec:
+            out[name] = sec["error"]
+        elif sec.get("ok") is not True:
+            worst = {k: v for k, v in sec.items() if k.startswith("max_")}
+            out[name] = f"check did not hold ({worst or 'ok is ' + repr(sec.get('ok'))})"
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--out", default=None, help="write the JSON here as well")
     ap.add_argument("--n-train", type=int, default=10000, help="ResNet-32 training rows")
@@ -264,59 +312,74 @@ def main() -> int:
     ap.add_argument(
         "--skip", default="", help="comma-separated sections to skip (kernels,inverse,...)"
     )
-    args = ap.parse_args()
+    ap.add_argument(
+        "--smoke", action="store_true", help="kernels (smallest shape) and preconditioner only"
+    )
+    ap.add_argument(
+        "--allow-no-gpu", action="store_true", help="exit 0 instead of 3 when there is no CUDA"
+    )
+    args = ap.parse_args(argv)
+    no_gpu = EXIT_NO_GPU if not args.allow_no_gpu else 0
     try:
         import torch
     except ImportError:
         print(json.dumps({"skipped": True, "reason": "torch is not installed"}))
-        return 0
+        print("gpu_check: torch is not installed; nothing was checked", file=sys.stderr)
+        return no_gpu
     if not torch.cuda.is_available():
-        print(
-            json.dumps(
-                {
-                    "skipped": True,
-                    "reason": "no CUDA device (torch.cuda.is_available() is False); "
-                    "run this on a machine with an NVIDIA GPU",
-                    "torch": torch.__version__,
-                }
-            )
+        reason = (
+            "no CUDA device (torch.cuda.is_available() is False); "
+            "run this on a machine with an NVIDIA GPU"
         )
-        return 0
+        print(json.dumps({"skipped": True, "reason": reason, "torch": torch.__version__}))
+        print(f"gpu_check: {reason}; nothing was checked", file=sys.stderr)
+        return no_gpu
     report: dict[str, Any] = {
         "gpu": torch.cuda.get_device_name(0),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "python": platform.python_version(),
+        "smoke": args.smoke,
     }
     skip = set(filter(None, args.skip.split(",")))
     sections = {
-        "kernels": check_kernels,
+        "kernels": (lambda: check_kernels(KERNEL_SHAPES[:1])) if args.smoke else check_kernels,
         "preconditioner": check_preconditioner,
         "inverse": check_inverse,
         "resnet32": lambda: check_resnet32(args.n_train, args.epochs),
         "spark_stage": check_spark_stage,
     }
+    if args.smoke:
+        skip |= {"inverse", "resnet32", "spark_stage"}
+    unknown = skip - set(sections)
+    if unknown:
+        ap.error(f"--skip: unknown sections {sorted(unknown)}; known: {sorted(sections)}")
+    ran = [name for name in sections if name not in skip]
     t_all = time.perf_counter()
-    for name, fn in sections.items():
-        if name in skip:
-            continue
+    for name in ran:
         t = time.perf_counter()
         try:
-            report[name] = fn()
+            report[name] = sections[name]()
         except Exception as exc:  # record and go on: one call should give all it can
             report[name] = {
+                "ok": False,
                 "error": f"{type(exc).__name__}: {exc}",
                 "trace": traceback.format_exc(),
             }
         report[name]["section_seconds"] = time.perf_counter() - t
         print(f"gpu_check: {name} done in {report[name]['section_seconds']:.1f}s", file=sys.stderr)
     report["total_seconds"] = time.perf_counter() - t_all
+    failed = failed_sections(report, ran)
+    report["failed_sections"] = sorted(failed)
     text = json.dumps(report, indent=2, default=str)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text + "\n")
     print(text)
-    return 0
+    for name, why in failed.items():
+        print(f"gpu_check: FAILED {name}: {why.splitlines()[0][:300]}", file=sys.stderr)
+    print(f"RESULT gpu_check_failed_sections {len(failed)}")
+    return EXIT_FAILED if failed else 0
 
 
 if __name__ == "__main__":
