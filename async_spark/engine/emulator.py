@@ -482,7 +482,9 @@ class VirtualTransport(Transport):
     def pending(self) -> int:
         return len(self._tasks)
 
-    def start(self, num_blocks: int, slots: int, run_name: str) -> None:
+    def start(
+        self, num_blocks: int, slots: int, run_name: str, *, task_fn: TaskFunction | None = None
+    ) -> None:
         self.run_name = run_name
         self._free_slots = list(range(slots - 1, -1, -1))
 
@@ -505,11 +507,16 @@ class VirtualTransport(Transport):
         if self._closed:
             raise RuntimeError("transport is closed")
         self._charge_driver()
-        func = getattr(call, "func", None)
-        call_args: tuple[Any, ...] = tuple(getattr(call, "args", ()))
-        if func is not run_task or len(call_args) != 6:
-            raise TypeError("VirtualTransport runs functools.partial(run_task, ...) calls only")
-        task_fn, handle, block, task_id, args, delay = call_args
+        if not isinstance(call, TaskCall):
+            raise TypeError(f"VirtualTransport runs TaskCall calls only, got {type(call).__name__}")
+        task_fn, handle, block, task_id, args, delay = (
+            call.task_fn,
+            call.model_ref,
+            call.block,
+            call.task_id,
+            call.args,
+            call.delay,
+        )
         now = self.clock()
         slot = self._free_slots.pop() if self._free_slots else len(self._tasks)
         task = _Task(ticket, now, slot)

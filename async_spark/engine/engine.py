@@ -16,7 +16,6 @@ on the driver at dispatch and returns the small per-task arguments (e.g. SAGA's 
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import os
@@ -35,8 +34,8 @@ from .core import Decision, SchedulerCore, TaskStatus, TaskTicket
 from .history import HistoryStore
 from .policies import Policy
 from .stragglers import NO_DELAY, StragglerModel
-from .task import TaskFunction, run_task
-from .transport import Outcome, Transport
+from .task import TaskFunction
+from .transport import Outcome, TaskCall, Transport
 
 __all__ = ["AsyncEngine", "EngineError", "TaskResult"]
 
@@ -192,7 +191,9 @@ class AsyncEngine:
     def start(self) -> None:
         if self._started:
             return
-        self.transport.start(self.core.num_blocks, self.core.max_in_flight, self.run_name)
+        self.transport.start(
+            self.core.num_blocks, self.core.max_in_flight, self.run_name, task_fn=self.task_fn
+        )
         self._started = True
         self._t0 = self._clock()
 
@@ -321,8 +322,8 @@ class AsyncEngine:
                 handle = self.history.acquire(ticket.version)
                 args = self.task_args(ticket) if self.task_args is not None else None
                 delay = self._delay_for(ticket)
-                call = functools.partial(
-                    run_task, self.task_fn, handle, ticket.block, ticket.task_id, args, delay
+                call = TaskCall(
+                    self.task_fn, handle, ticket.block, ticket.task_id, ticket.version, args, delay
                 )
                 self.transport.submit(ticket, call)
             except BaseException as exc:

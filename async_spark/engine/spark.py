@@ -20,7 +20,7 @@ from pyspark import InheritableThread, SparkContext
 from pyspark.broadcast import Broadcast
 
 from .core import TaskTicket
-from .task import TaskReport
+from .task import TaskFunction, TaskReport
 from .transport import TaskCall, _ThreadPoolTransport
 
 log = logging.getLogger(__name__)
@@ -83,11 +83,13 @@ class SparkTransport(_ThreadPoolTransport):
         self._rdd: Any = None
         self._tags: dict[int, str] = {}
 
-    def start(self, num_blocks: int, slots: int, run_name: str) -> None:
+    def start(
+        self, num_blocks: int, slots: int, run_name: str, *, task_fn: TaskFunction | None = None
+    ) -> None:
         self.run_tag = f"async-spark-{_tag_safe(run_name)}-{uuid.uuid4().hex[:8]}"
         self._rdd = self.sc.parallelize(range(num_blocks), num_blocks)
         self._rdd.setName(f"{run_name} blocks")
-        super().start(num_blocks, slots, run_name)
+        super().start(num_blocks, slots, run_name, task_fn=task_fn)
 
     def _make_thread(self, target: Any, name: str) -> threading.Thread:
         # InheritableThread copies the creating thread's local properties (e.g. a job group set by
@@ -115,7 +117,8 @@ class SparkTransport(_ThreadPoolTransport):
         try:
             if self._is_cancelled(ticket.task_id):
                 raise _CancelledBeforeStart()
-            return sc.runJob(self._rdd, call, [ticket.block])
+            # mypy does not see a NamedTuple's __call__: TaskCall is the partition function
+            return sc.runJob(self._rdd, call, [ticket.block])  # type: ignore[arg-type]
         finally:
             sc.removeJobTag(tag)
             with self._lock:

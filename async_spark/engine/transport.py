@@ -12,17 +12,34 @@ import threading
 import time
 import traceback
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from typing import NamedTuple
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
 
 from .core import TaskStatus, TaskTicket
 from .history import InlinePublisher, Publisher
-from .task import TaskReport
+from .stragglers import Delay
+from .task import TaskFunction, TaskReport, run_task
 
 __all__ = ["LocalTransport", "Outcome", "Transport", "TaskCall"]
 
-TaskCall = Callable[..., list[TaskReport]]
-"""A ``functools.partial`` of ``run_task`` waiting for the partition iterator."""
+
+class TaskCall(NamedTuple):
+    """One task as the driver dispatches it: ``call(rows)`` runs :func:`run_task` (what a Spark
+    job's partition function or a local thread executes), and a transport that ships tasks its own
+    way (the resident one) reads the fields. Plain values only: it travels in task closures."""
+
+    task_fn: TaskFunction
+    model_ref: Any  # a publisher's handle; ``.value`` is the model
+    block: int
+    task_id: int
+    version: int  # the model version ``model_ref`` holds
+    args: Any
+    delay: Delay
+
+    def __call__(self, rows: Iterable[Any] = ()) -> list[TaskReport]:
+        return run_task(
+            self.task_fn, self.model_ref, self.block, self.task_id, self.args, self.delay, rows
+        )
 
 
 class Outcome(NamedTuple):
@@ -42,8 +59,13 @@ class Transport(ABC):
         self.outcomes: queue.Queue[Outcome] = queue.Queue()
 
     @abstractmethod
-    def start(self, num_blocks: int, slots: int, run_name: str) -> None:
-        """Prepare to run up to ``slots`` tasks at once over ``num_blocks`` blocks."""
+    def start(
+        self, num_blocks: int, slots: int, run_name: str, *, task_fn: TaskFunction | None = None
+    ) -> None:
+        """Prepare to run up to ``slots`` tasks at once over ``num_blocks`` blocks.
+
+        ``task_fn`` is the run's task function, for a transport that installs it on its workers
+        once (the resident one); the others get it with every :class:`TaskCall`."""
 
     @abstractmethod
     def submit(self, ticket: TaskTicket, call: TaskCall) -> None:
@@ -72,7 +94,9 @@ class _ThreadPoolTransport(Transport):
     def _make_thread(self, target: Callable[[], None], name: str) -> threading.Thread:
         return threading.Thread(target=target, name=name, daemon=True)
 
-    def start(self, num_blocks: int, slots: int, run_name: str) -> None:
+    def start(
+        self, num_blocks: int, slots: int, run_name: str, *, task_fn: TaskFunction | None = None
+    ) -> None:
         self.run_name = run_name
         for i in range(slots):
             t = self._make_thread(self._loop, f"async-spark-dispatch-{i}")
