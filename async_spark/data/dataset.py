@@ -14,6 +14,7 @@ from async_spark.data.blocks import BlockSource, DatasetDescriptor
 from async_spark.data.builtin import SMALL_DATASETS, small_dataset, synthetic_source
 from async_spark.data.errors import DataError
 from async_spark.data.libsvm import LibsvmSource, libsvm_source
+from async_spark.data.limits import feature_limit
 from async_spark.data.parquet import ParquetSource, parquet_source
 from async_spark.data.transform import (
     LOSSES,
@@ -75,6 +76,21 @@ def _is_parquet(path: str) -> bool:
             n.endswith(".parquet") and not n.startswith((".", "_")) for n in os.listdir(path)
         )
     return False
+
+
+def _check_model_fits(source: BlockSource, d: int, outputs: int, where: str) -> None:
+    """Refuse a dimension whose dense model (``outputs (d + 1)`` float64) would not fit.
+
+    The LIBSVM parser already refused any index above the one-output limit with its line; with
+    several outputs (softmax) the tighter limit is found again by a second scan, so that the
+    message still names the line of the first index above it.
+    """
+    limit = feature_limit(outputs)
+    if d <= limit.max_features:
+        return
+    if isinstance(source, LibsvmSource):  # raises naming the line of the first index above it
+        scan_blocks(dataclasses.replace(source, num_features=None, limit=limit))
+    raise DataError(f"{where}: " + limit.message(f"d={d} with {outputs} outputs"))
 
 
 def open_dataset(
@@ -139,6 +155,9 @@ def open_dataset(
         raise ValueError(f"loss must be one of {', '.join(LOSSES)} or None, got {loss!r}")
     if num_features is not None:
         num_features = _check_int("num_features", num_features, 1)
+        limit = feature_limit(1)
+        if num_features > limit.max_features:
+            raise ValueError(limit.message(f"num_features={num_features}"))
     if dense not in (None, True, False):
         raise ValueError(f"dense must be True, False or None, got {dense!r}")
     if spec is None:
@@ -180,7 +199,9 @@ def open_dataset(
             )
             where = f"{path} column {label_column!r}"
         else:
-            source = libsvm_source(path, P, num_features=num_features, dense=False)
+            source = libsvm_source(
+                path, P, num_features=num_features, dense=False, limit=feature_limit(1)
+            )
     else:
         raise TypeError(f"spec must be a string, a pair (X, y) or None, got {type(spec).__name__}")
 
@@ -201,6 +222,7 @@ def open_dataset(
         source = dataclasses.replace(source, num_features=d)
 
     classes = label_mapping(loss, scan.labels, where)
+    _check_model_fits(source, d, len(classes) if loss == "softmax" and classes else 1, where)
     mean = scale = None
     if standardize:
         if scan.mean is None or scan.m2 is None:

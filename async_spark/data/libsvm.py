@@ -35,6 +35,7 @@ import scipy.sparse as sp
 
 from async_spark.data.blocks import Block, BlockSource
 from async_spark.data.errors import DataError
+from async_spark.data.limits import FeatureLimit
 
 __all__ = [
     "LibsvmSource",
@@ -87,6 +88,7 @@ def parse_libsvm_bytes(
     path: str = "<bytes>",
     first_line: int = 1,
     num_features: int | None = None,
+    limit: FeatureLimit | None = None,
 ) -> RawRows:
     """Parse LIBSVM text into CSR components (vectorized over the bytes).
 
@@ -98,6 +100,9 @@ def parse_libsvm_bytes(
         File name and 1-based line number of the first line in ``data``; used in error messages.
     num_features : int or None
         When given, every index must satisfy ``1 <= index <= num_features``.
+    limit : FeatureLimit or None
+        Without ``num_features``: the largest index whose model still fits in memory
+        (:mod:`async_spark.data.limits`); a larger one is refused with its line.
 
     Returns
     -------
@@ -108,7 +113,7 @@ def parse_libsvm_bytes(
     ------
     DataError
         ``"<path>:<line>: <what>"`` for the first bad token: a missing ``index:value`` colon, a
-        non-integer or < 1 index, an index above ``num_features``, indices not strictly
+        non-integer or < 1 index, an index above ``num_features`` (or ``limit``), indices not strictly
         increasing, an unparsable number, a NaN/Inf label or value, a ``qid:`` token.
     """
     buf = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data
@@ -222,6 +227,12 @@ def parse_libsvm_bytes(
             raise fail_token(
                 int(feat_tok[bad[0]]),
                 f"feature index {indices[bad[0]]} out of range [1, {num_features}]",
+            )
+    elif limit is not None:
+        bad = np.flatnonzero(indices > limit.max_features)
+        if bad.size:
+            raise fail_token(
+                int(feat_tok[bad[0]]), limit.message(f"feature index {indices[bad[0]]}")
             )
     row_of_tok = np.cumsum(is_label) - 1
     feat_row = row_of_tok[feat_tok]
@@ -420,7 +431,12 @@ def index_libsvm(path: str | Sequence[str], num_blocks: int) -> LibsvmIndex:
 
 
 def _parse_range(
-    path: str, start: int, end: int, first_line: int, num_features: int | None
+    path: str,
+    start: int,
+    end: int,
+    first_line: int,
+    num_features: int | None,
+    limit: FeatureLimit | None = None,
 ) -> RawRows:
     """Parse bytes ``[start, end)`` of ``path`` in line-aligned chunks of bounded size."""
     parts: list[RawRows] = []
@@ -435,7 +451,9 @@ def _parse_range(
                     stop = stop + int(nl[0]) + 1 if nl.size else end
                 chunk = np.array(buf[pos:stop])  # copy: the parser may modify it
                 parts.append(
-                    parse_libsvm_bytes(chunk, path=path, first_line=line, num_features=num_features)
+                    parse_libsvm_bytes(
+                        chunk, path=path, first_line=line, num_features=num_features, limit=limit
+                    )
                 )
                 line += int(np.count_nonzero(chunk == _NL))
                 pos = stop
@@ -458,13 +476,15 @@ class LibsvmSource(BlockSource):
 
     Holds plain values only (paths, sizes, byte offsets), so it pickles small. With
     ``num_features=None`` a block's width is its largest index (used by the driver's scan to
-    infer the feature count); :func:`libsvm_source` returns a source with the count fixed.
+    infer the feature count), and an index above ``limit`` is refused with its line;
+    :func:`libsvm_source` returns a source with the count fixed.
     """
 
     files: tuple[tuple[str, int, int], ...]
     segments: tuple[tuple[tuple[int, int, int, int, int], ...], ...]
     num_features: int | None = None
     dense: bool = False
+    limit: FeatureLimit | None = None
 
     @functools.cached_property
     def dataset_id(self) -> str:  # hashed once per instance (asked on every task)
@@ -490,7 +510,7 @@ class LibsvmSource(BlockSource):
                 raise DataError(
                     f"{path}: file changed since it was indexed ({size} -> {actual} bytes)"
                 )
-            raw = _parse_range(path, start, end, first_line, self.num_features)
+            raw = _parse_range(path, start, end, first_line, self.num_features, self.limit)
             if raw.labels.size != rows:
                 raise DataError(
                     f"{path}:{first_line}: expected {rows} rows in this block, parsed"
@@ -524,6 +544,7 @@ def libsvm_source(
     *,
     num_features: int | None = None,
     dense: bool = False,
+    limit: FeatureLimit | None = None,
 ) -> LibsvmSource:
     """Index ``path`` and return its block source (feature count possibly still unknown).
 
@@ -540,4 +561,5 @@ def libsvm_source(
         index.segments,
         None if num_features is None else int(num_features),
         bool(dense),
+        limit,
     )
