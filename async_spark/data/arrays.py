@@ -7,7 +7,10 @@ twice writes nothing. Workers memory-map the files and slice their row range.
 
 The staging directory must be visible to the executors under the same path: true in local
 mode and ``local-cluster`` (same machine), or on a shared file system (NFS, a cluster's mounted
-volume). The default is ``$ASYNC_SPARK_STAGING_DIR`` or ``<tempdir>/async_spark_staging``.
+volume). The default is ``$ASYNC_SPARK_STAGING_DIR`` or ``<tempdir>/async_spark_staging-<uid>``;
+the latter is this user's alone (created 0700, refused when another user owns it or it is
+group/world-writable: see :func:`~async_spark.data.blocks.private_directory`), since a staged
+folder found under its content hash is used as it is.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from async_spark.data.blocks import Block, BlockSource
+from async_spark.data.blocks import Block, BlockSource, private_directory
 from async_spark.data.builtin import _block_bounds
 from async_spark.data.errors import DataError
 
@@ -31,9 +34,10 @@ __all__ = ["ArraySource", "array_source", "stage_arrays", "default_staging_dir"]
 
 
 def default_staging_dir() -> str:
-    """``$ASYNC_SPARK_STAGING_DIR`` or ``<tempdir>/async_spark_staging``."""
+    """``$ASYNC_SPARK_STAGING_DIR`` or ``<tempdir>/async_spark_staging-<uid>`` (not created)."""
+    uid = os.getuid() if hasattr(os, "getuid") else 0
     return os.environ.get("ASYNC_SPARK_STAGING_DIR") or os.path.join(
-        tempfile.gettempdir(), "async_spark_staging"
+        tempfile.gettempdir(), f"async_spark_staging-{uid}"
     )
 
 
@@ -101,6 +105,8 @@ def stage_arrays(X: Any, y: Any, staging_dir: str | None = None) -> tuple[str, s
         h.update(a.data)
     digest = h.hexdigest()
     root = staging_dir or default_staging_dir()
+    if not staging_dir and not os.environ.get("ASYNC_SPARK_STAGING_DIR"):  # the /tmp default
+        private_directory(root, "array staging directory", env="ASYNC_SPARK_STAGING_DIR")
     final = os.path.join(root, f"arrays-{digest}")
     if os.path.isfile(os.path.join(final, "meta.json")):
         return final, digest

@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 import threading
 from abc import ABC, abstractmethod
@@ -39,6 +40,8 @@ __all__ = [
     "clear_cache",
     "clear_host_cache",
     "host_cache_dir",
+    "private_directory",
+    "UnsafeDirectoryError",
     "set_cache_limit",
 ]
 
@@ -180,13 +183,59 @@ def get_block(source: BlockSource, index: int) -> Block:
 # also writes it as .npy files under a host directory; the others memory-map those files (the
 # page cache shares them between processes). Writes are atomic (temporary folder + rename).
 # ASYNC_SPARK_BLOCK_DIR sets the directory ("off" disables it); ASYNC_SPARK_BLOCK_DIR_MB bounds
-# its size (oldest entries removed first).
+# its size (oldest entries removed first). The directory is this user's alone: created 0700, and
+# refused when it is owned by someone else, is a symbolic link or is group/world-writable (its
+# default path under /tmp is predictable, so another user could create it first and plant blocks).
 
 _DEFAULT_HOST_DIR_MB = 16384
 
 
+class UnsafeDirectoryError(PermissionError):
+    """A directory that others could write or own, refused (the message says what to do)."""
+
+
+def private_directory(path: str | os.PathLike[str], what: str, *, env: str | None = None) -> Path:
+    """Create ``path`` with mode 0700 if missing; refuse it unless this user alone can write it.
+
+    An existing directory must be a real directory (not a symbolic link), owned by this user
+    and not writable by group or others; if it is readable by them it is narrowed to 0700.
+
+    Raises
+    ------
+    UnsafeDirectoryError
+        (a ``PermissionError``) One line naming the directory, what is wrong with it and what
+        to do (``env`` names the variable that chooses another directory).
+    """
+    root = Path(path)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.mkdir(root, 0o700)
+        os.chmod(root, 0o700)  # exactly 0700, whatever the umask
+    except FileExistsError:
+        pass
+    st = os.lstat(root)
+    hint = f"; remove it or set {env} to a directory of your own" if env else "; remove it"
+    if not stat.S_ISDIR(st.st_mode):
+        kind = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a directory"
+        raise UnsafeDirectoryError(f"{root}: the {what} is {kind}{hint}")
+    uid = os.getuid() if hasattr(os, "getuid") else st.st_uid
+    if st.st_uid != uid:
+        raise UnsafeDirectoryError(
+            f"{root}: the {what} is owned by uid {st.st_uid}, not by this user (uid {uid}){hint}"
+        )
+    if st.st_mode & 0o022:
+        raise UnsafeDirectoryError(
+            f"{root}: the {what} is writable by group or others"
+            f" (mode {stat.S_IMODE(st.st_mode):04o}){hint}"
+        )
+    if st.st_mode & 0o077:
+        os.chmod(root, 0o700)
+    return root
+
+
 def host_cache_dir() -> Path | None:
-    """The host-level block directory, or None when disabled."""
+    """The host-level block directory, or None when disabled (not created; see
+    :func:`private_directory` for the checks made before it is used)."""
     env = os.environ.get("ASYNC_SPARK_BLOCK_DIR", "")
     if env.lower() == "off":
         return None
@@ -213,7 +262,7 @@ def _read_entry(entry: Path) -> Block:
 
 
 def _write_entry(entry: Path, block: Block) -> None:
-    entry.parent.mkdir(parents=True, exist_ok=True)
+    entry.parent.mkdir(exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=entry.parent))
     try:
         X = block.X
@@ -255,6 +304,12 @@ def _trim_host_cache(root: Path) -> None:
 def _load_through_host_cache(source: BlockSource, index: int) -> Block:
     root = host_cache_dir()
     if root is None or not getattr(source, "host_cacheable", True):
+        return source.load(index)
+    try:
+        root = private_directory(root, "host block cache directory", env="ASYNC_SPARK_BLOCK_DIR")
+    except UnsafeDirectoryError:
+        raise
+    except OSError:  # cannot be created (read-only disk...): decode without sharing
         return source.load(index)
     entry = _entry_dir(root, source, index)
     if (entry / "meta.json").is_file():

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import stat
+import tempfile
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -74,3 +79,98 @@ def test_off_disables_it_and_the_size_bound_trims(tmp_path, monkeypatch):
     blocks.get_block(src, 0)
     blocks.get_block(src, 1)
     assert len(list((tmp_path / "b").glob("*/*/meta.json"))) <= 1
+
+
+# --- the directory is this user's alone -----------------------------------------------------------
+
+
+def _foreign(path):
+    """Make ``path`` another user's: chown it when root, else pretend to be another uid."""
+    if os.geteuid() == 0:
+        os.chown(path, 65534, 65534)
+        return contextlib.nullcontext()
+    return _another_uid()
+
+
+@contextlib.contextmanager
+def _another_uid():
+    with pytest.MonkeyPatch.context() as mp:
+        real = os.getuid()
+        mp.setattr(os, "getuid", lambda: real + 1)
+        yield
+
+
+def _mode(path):
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+def test_the_default_directory_is_created_0700(tmp_path, monkeypatch):
+    monkeypatch.delenv("ASYNC_SPARK_BLOCK_DIR", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    old = os.umask(0)  # the widest umask: the mode must still be 0700
+    try:
+        blocks.clear_cache()
+        blocks.get_block(Counting(True, "mode"), 0)
+    finally:
+        os.umask(old)
+        blocks.clear_cache()
+    root = tmp_path / f"async-spark-blocks-{os.getuid()}"
+    assert root.is_dir() and _mode(root) == 0o700
+
+
+def test_an_own_directory_readable_by_others_is_narrowed(host_dir):
+    host_dir.mkdir(mode=0o755)
+    os.chmod(host_dir, 0o755)
+    blocks.get_block(Counting(True, "narrow"), 0)
+    assert _mode(host_dir) == 0o700 and list(host_dir.glob("*/0/meta.json"))
+
+
+@pytest.mark.parametrize("how", ["other owner", "world-writable", "group-writable", "symlink"])
+def test_an_unsafe_directory_is_refused_and_left_untouched(host_dir, tmp_path, how):
+    src = Counting(True, "unsafe")
+    undo = contextlib.nullcontext()
+    if how == "symlink":
+        (tmp_path / "elsewhere").mkdir(mode=0o700)
+        host_dir.symlink_to(tmp_path / "elsewhere")
+        match = "is a symbolic link"
+    else:
+        host_dir.mkdir(mode=0o700)
+        if how == "other owner":
+            undo = _foreign(host_dir)
+            match = f"owned by uid {os.stat(host_dir).st_uid}, not by this user"
+        else:
+            mode = 0o777 if how == "world-writable" else 0o770
+            os.chmod(host_dir, mode)
+            match = rf"writable by group or others \(mode {mode:04o}\)"
+    with undo, pytest.raises(blocks.UnsafeDirectoryError, match=match) as err:
+        blocks.get_block(src, 0)
+    message = str(err.value)
+    assert str(host_dir) in message and "ASYNC_SPARK_BLOCK_DIR" in message
+    assert len(message.splitlines()) == 1
+    assert src.loads == 0 and not list((tmp_path / "elsewhere").glob("*")) + list(
+        host_dir.glob("*")
+    )
+
+
+def test_a_directory_that_cannot_be_created_only_costs_the_sharing(tmp_path, monkeypatch):
+    (tmp_path / "file").write_text("not a folder")
+    monkeypatch.setenv("ASYNC_SPARK_BLOCK_DIR", str(tmp_path / "file" / "blocks"))
+    blocks.clear_cache()
+    src = Counting(False, "nowhere")
+    assert blocks.get_block(src, 1).rows == 50 and src.loads == 1
+    blocks.clear_cache()
+
+
+def test_the_default_staging_directory_is_private_too(tmp_path, monkeypatch):
+    from async_spark.data.arrays import default_staging_dir, stage_arrays
+
+    monkeypatch.delenv("ASYNC_SPARK_STAGING_DIR", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    root = default_staging_dir()
+    assert root == str(tmp_path / f"async_spark_staging-{os.getuid()}")
+    X, y = np.eye(3), np.array([0.0, 1.0, 0.0])
+    folder, _ = stage_arrays(X, y)
+    assert _mode(root) == 0o700 and os.path.isfile(os.path.join(folder, "meta.json"))
+    os.chmod(root, 0o777)
+    with pytest.raises(PermissionError, match="ASYNC_SPARK_STAGING_DIR"):
+        stage_arrays(X, y)
