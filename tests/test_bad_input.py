@@ -4,6 +4,9 @@ line or the option, no traceback, nothing written. None of these cases starts Sp
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -55,9 +58,13 @@ def test_bad_input_is_refused_cleanly(tmp_path, capsys, name, content, argv, nee
         path.write_text(content)
     out = tmp_path / "out"
     args = ["train", "--data", str(path), "--partitions", "1", *argv, "--out", str(out), "--quiet"]
-    with pytest.raises(SystemExit) if name == "non-number option" else _nothing():
+    if name == "non-number option":  # argparse exits from inside main
+        with pytest.raises(SystemExit) as exited:
+            main(args)
+        code = exited.value.code
+    else:
         code = main(args)
-        assert code == 2
+    assert code == 2
     err = capsys.readouterr().err.strip()
     lines = err.splitlines()
     assert lines and "Traceback" not in err
@@ -67,12 +74,28 @@ def test_bad_input_is_refused_cleanly(tmp_path, capsys, name, content, argv, nee
     assert not out.exists()
 
 
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
+def test_a_feature_index_too_large_for_memory_is_refused_before_allocation(tmp_path):
+    """Through the installed command, in its own process: exit code 2 and one line naming the
+    file, the line and the limit (it used to end in MemoryError for 745 GiB, exit code 1)."""
+    path = tmp_path / "huge.svm"
+    path.write_text("1 1:0.5\n0 99999999999:1.0\n1 2:1\n0 1:1\n")
+    out = tmp_path / "out"
+    script = Path(sys.executable).with_name("async-spark")
+    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "async_spark.cli"]
+    env = {k: v for k, v in os.environ.items() if k != "ASYNC_SPARK_MAX_MODEL_BYTES"}
+    proc = subprocess.run(
+        [*cmd, "train", "--data", str(path), "--partitions", "1", "--out", str(out), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    err = proc.stderr.strip()
+    assert proc.returncode == 2, err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err and "MemoryError" not in err, err
+    assert f"{path}:2: feature index 99999999999 is above the limit of " in err, err
+    assert "features: the model (d + 1 float64) must fit in" in err, err
+    assert not out.exists()
 
 
 def test_an_unreadable_data_folder(tmp_path, capsys):
