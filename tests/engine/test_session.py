@@ -44,12 +44,37 @@ def test_bad_conf_pairs_are_refused(bad):
         parse_conf_pairs([bad])
 
 
-def test_missing_java_gives_a_clear_message(monkeypatch):
+def test_missing_java_gives_a_clear_message(monkeypatch, tmp_path):
     monkeypatch.delenv("JAVA_HOME", raising=False)
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(JavaNotFoundError, match="Java runtime"):
         check_java()
-    assert "version" in check_java.__doc__
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-such-jdk"))  # JAVA_HOME wins over PATH
+    with pytest.raises(JavaNotFoundError, match="Java runtime"):
+        check_java()
+
+
+def _fake_java(home, script):
+    (home / "bin").mkdir(parents=True)
+    java = home / "bin" / "java"
+    java.write_text("#!/bin/sh\n" + script)
+    java.chmod(0o755)
+
+
+def test_check_java_returns_the_version_line_and_refuses_a_broken_java(monkeypatch, tmp_path):
+    # `java -version` prints to stderr; the first line is the version
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    _fake_java(good, 'echo \'openjdk version "17.0.9" 2023-10-17\' >&2\necho "runtime" >&2\n')
+    _fake_java(bad, 'echo "Error: could not create the Java VM" >&2\nexit 1\n')
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setenv("JAVA_HOME", str(good))
+    assert check_java() == 'openjdk version "17.0.9" 2023-10-17'
+    monkeypatch.setenv("JAVA_HOME", str(bad))
+    with pytest.raises(JavaNotFoundError, match="-version failed: Error: could not create"):
+        check_java()
+    monkeypatch.delenv("JAVA_HOME")
+    monkeypatch.setenv("PATH", str(good / "bin"))  # found on PATH without JAVA_HOME
+    assert check_java().startswith("openjdk version")
 
 
 @pytest.mark.spark
