@@ -10,7 +10,9 @@ allows, reruns) the whole stage. Each task
    requested by a stage-level resource profile that :func:`gpu_resource_profile` builds), on CPU
    none;
 3. meets the other ranks: rank 0 opens a ``torch.distributed.TCPStore`` on a free port of its
-   executor's host and the address goes to every rank through ``BarrierTaskContext.allGather``;
+   executor's address (listening on that address only, not on every interface:
+   :func:`~async_spark.hylo.distributed.tcp_store`) and the address goes to every rank through
+   ``BarrierTaskContext.allGather``;
    then ``init_process_group`` (NCCL on CUDA, gloo on CPU) with a timeout, so that no collective
    waits forever;
 4. runs ``train_fn(ctx, shard, *args)`` and returns ``{"rank", "result", "logs", "timings"}``:
@@ -215,6 +217,8 @@ def _barrier_task(
             import torch
             import torch.distributed as dist
 
+            from async_spark.hylo.distributed import tcp_store
+
             torch.set_num_threads(threads)
             if dist.is_initialized():  # left by a failed task in this reused Python worker
                 dist.destroy_process_group()
@@ -227,10 +231,8 @@ def _barrier_task(
             td = timedelta(seconds=timeout)
             store = None
             port = 0
-            if rank == 0:
-                store = dist.TCPStore(
-                    host, 0, world, is_master=True, timeout=td, wait_for_workers=False
-                )
+            if rank == 0:  # listening on this task's own address only
+                store = tcp_store(host, 0, world, is_master=True, timeout=td)
                 port = int(store.port)
             me = {
                 "rank": rank,
@@ -253,7 +255,7 @@ def _barrier_task(
             if all(e["host"] in ("127.0.0.1", "localhost") for e in everyone):
                 os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
             if rank != 0:
-                store = dist.TCPStore(
+                store = tcp_store(
                     master["host"], int(master["port"]), world, is_master=False, timeout=td
                 )
             dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=td)

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-__all__ = ["free_port", "launch"]
+__all__ = ["free_port", "launch", "tcp_store"]
 
 
 def free_port() -> int:
@@ -28,6 +28,47 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def tcp_store(
+    host: str, port: int, world_size: int, *, is_master: bool, timeout: timedelta
+) -> dist.TCPStore:
+    """A c10d ``TCPStore`` whose server (``is_master``) listens on ``host`` only.
+
+    ``TCPStore(host, port, is_master=True)`` -- and every ``init_method="tcp://host:port"`` or
+    ``env://`` rendezvous built on it -- listens on all interfaces (``[::]``), whatever ``host``
+    says: anyone who can reach the machine could then talk to the store. The server here gets a
+    socket already bound to ``host`` and listening (``master_listen_fd``, which the libuv backend
+    takes over and closes). ``port`` 0 picks a free port; the store's ``port`` says which.
+    Clients (``is_master=False``) connect to ``host:port`` as usual.
+    """
+    if not is_master:
+        return dist.TCPStore(host, port, world_size, is_master=False, timeout=timeout)
+    family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(max(128, world_size))
+        bound = int(sock.getsockname()[1])
+    except BaseException:
+        sock.close()
+        raise
+    fd = sock.detach()
+    try:
+        return dist.TCPStore(
+            host,
+            bound,
+            world_size,
+            is_master=True,
+            timeout=timeout,
+            wait_for_workers=False,
+            master_listen_fd=fd,
+            use_libuv=True,
+        )
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _entry(
@@ -44,13 +85,9 @@ def _entry(
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    dist.init_process_group(
-        backend,
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=world_size,
-        timeout=timedelta(seconds=timeout),
-    )
+    td = timedelta(seconds=timeout)
+    store = tcp_store("127.0.0.1", port, world_size, is_master=rank == 0, timeout=td)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=td)
     try:
         fn(rank, world_size, *args)
         # Every rank is done before rank 0, which hosts the rendezvous store, tears down.
