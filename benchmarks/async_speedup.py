@@ -46,7 +46,8 @@ from async_spark.engine import AsyncEngine, Policy, build_session
 from async_spark.engine.spark import SparkTransport
 from async_spark.models.linear import init_params
 from async_spark.solvers import TrainConfig, build_model, train_linear
-from async_spark.solvers.tasks import LinearTaskArgs, linear_task
+from async_spark.solvers.methods import method as method_row
+from async_spark.solvers.worker import LinearTask, TaskArgs, sample_rows
 
 PAIRS = {"saga": "asaga", "sgd": "asgd"}
 
@@ -55,22 +56,19 @@ def dedicated_core_task_seconds(sc, source, desc, cfg: TrainConfig, tasks: int =
     """Median dispatch-to-result time of one gradient task at a time (no queueing)."""
     model = build_model(cfg, desc)
     theta = init_params(model)
-    rule = cfg.rule_name
+    computation = method_row(cfg.method).computation
+    task = LinearTask(source, model, cfg.seed, computation)
 
     def args(ticket):
         rows = desc.rows_per_block[ticket.block]
-        from async_spark.optim.sgd import sample_rows
-
         idx = sample_rows(cfg.seed, ticket.block, ticket.block_task, rows, cfg.batch_fraction)
-        old = np.zeros((idx.size, *model.scalar_shape)) if rule == "saga" else None
-        return LinearTaskArgs(
-            rule, source, model, cfg.batch_fraction, cfg.seed, ticket.block_task, old
-        )
+        old = np.zeros((idx.size, *model.scalar_shape)) if computation == "saga" else None
+        return TaskArgs(ticket.block_task, cfg.batch_fraction, old)
 
     seconds = []
     with AsyncEngine(
         SparkTransport(sc),
-        linear_task,
+        task,
         num_blocks=desc.num_blocks,
         policy=Policy.asynchronous(),
         max_in_flight=1,

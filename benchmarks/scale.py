@@ -45,10 +45,11 @@ from async_spark.engine import Policy  # noqa: E402
 from async_spark.engine.emulator import CostModel, VirtualEngine, payload_nbytes  # noqa: E402
 from async_spark.models.linear import init_params  # noqa: E402
 from async_spark.optim.saga import SAGAMessage, saga  # noqa: E402
-from async_spark.optim.sgd import SGDMessage, sample_rows, sgd  # noqa: E402
+from async_spark.optim.sgd import SGDMessage, sgd  # noqa: E402
 from async_spark.optim.steps import auto_step, make_step_rule  # noqa: E402
 from async_spark.solvers import TrainConfig, build_model, train_linear  # noqa: E402
 from async_spark.solvers.emulation import calibrate, virtual_engine_factory  # noqa: E402
+from async_spark.solvers.worker import sample_rows  # noqa: E402
 
 PAIRS = {"saga": "asaga", "sgd": "asgd"}
 RCV1_SHAPE = "builtin:synthetic?n=700000&d=47000&nnz=75&seed=0"
@@ -94,18 +95,28 @@ def driver_costs(source: Any, desc: Any, cfg: TrainConfig) -> dict[str, float]:
     theta = init_params(model)
     block = get_block(source, 0)
     idx = sample_rows(0, 0, 1, block.rows, cfg.batch_fraction)
-    rows = idx + desc.row_offsets[0]
     out: dict[str, float] = {}
-    for name, make in (("sgd", sgd), ("saga", saga)):
-        rule_name = "sgd" if name == "sgd" else "saga"
-        step = make_step_rule("sqrt" if name == "sgd" else "constant", 0.1, num_blocks=P)
-        rule = make(model, n=n, num_blocks=P, batch_fraction=cfg.batch_fraction, step=step)
+    g = np.random.default_rng(0).standard_normal(theta.size) * 1e-3
+    rules: dict[str, tuple[Any, Any]] = {
+        "sgd": (
+            sgd(
+                model,
+                n=n,
+                num_blocks=P,
+                batch_fraction=cfg.batch_fraction,
+                step=make_step_rule("sqrt", 0.1, num_blocks=P),
+            ),
+            SGDMessage(g, 3),
+        ),
+        "saga": (
+            saga(
+                model, block_rows=desc.rows_per_block, batch_fraction=cfg.batch_fraction, step=0.1
+            ),
+            SAGAMessage((0,), (idx,), g, (np.zeros(idx.size),), 3),
+        ),
+    }
+    for name, (rule, msg) in rules.items():
         state = rule.init(theta)
-        g = np.random.default_rng(0).standard_normal(theta.size) * 1e-3
-        if rule_name == "sgd":
-            msg: Any = SGDMessage(g, 3)
-        else:
-            msg = SAGAMessage(rows, g, np.zeros(rows.size), 3)
 
         def apply(rule: Any = rule, msg: Any = msg, state: Any = state) -> None:
             rule.update(msg, state, theta)

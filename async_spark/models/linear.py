@@ -36,16 +36,31 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import scipy.sparse as sp
 from scipy.special import expit, logsumexp
 
-from async_spark.data.blocks import Block
+
+class Block(Protocol):
+    """The rows a model reads: ``X`` (rows, d) dense or CSR, ``y`` (rows,) labels. Any object with
+    these attributes will do (e.g. :class:`async_spark.data.blocks.Block`), so the models need
+    nothing from :mod:`async_spark.data`."""
+
+    @property
+    def X(self) -> Any: ...
+
+    @property
+    def y(self) -> np.ndarray: ...
+
+    @property
+    def rows(self) -> int: ...
+
 
 __all__ = [
     "LOSSES",
+    "LOSS_CURVATURE",
     "LinearModel",
     "elastic_net",
     "init_params",
@@ -68,6 +83,10 @@ __all__ = [
 ]
 
 LOSSES = ("logistic", "squares", "softmax")
+
+#: :math:`\sup \ell''`: the loss's curvature bound (logistic :math:`\sigma' \le 1/4`; squares 1;
+#: softmax 1/2, the largest eigenvalue of :math:`\operatorname{diag}(p) - pp^T`, Böhning 1992).
+LOSS_CURVATURE = {"logistic": 0.25, "squares": 1.0, "softmax": 0.5}
 
 
 def _nonneg(name: str, value: Any) -> float:
@@ -375,12 +394,12 @@ def full_gradient(model: LinearModel, theta: np.ndarray, blocks: Iterable[Block]
 
 def max_squared_row_norm(blocks: Iterable[Block]) -> float:
     r""":math:`\max_i \|x_i\|^2` over the blocks (one pass)."""
-    from async_spark.data.transform import row_norms_sq
-
     best = 0.0
     for blk in blocks:
         if blk.rows:
-            best = max(best, float(row_norms_sq(blk.X).max()))
+            X = blk.X
+            sq = X.multiply(X).sum(axis=1) if sp.issparse(X) else np.einsum("ij,ij->i", X, X)
+            best = max(best, float(np.max(sq)))
     return best
 
 
@@ -394,5 +413,4 @@ def sample_smoothness(model: LinearModel, max_row_norm_sq: float) -> float:
     :math:`\operatorname{diag}(p) - pp^T`, has eigenvalues at most 1/2; Böhning 1992).
     """
     r = _nonneg("max_row_norm_sq", max_row_norm_sq) + (1.0 if model.fit_intercept else 0.0)
-    c = {"logistic": 0.25, "squares": 1.0, "softmax": 0.5}[model.loss]
-    return c * r
+    return LOSS_CURVATURE[model.loss] * r

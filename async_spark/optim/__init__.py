@@ -34,23 +34,8 @@ from async_spark.optim.projections import (
     prox_elastic_net,
     prox_l1,
 )
-from async_spark.optim.saga import (
-    SAGA,
-    SAGAMessage,
-    SAGAState,
-    combine_saga_messages,
-    saga,
-    saga_task_gradient,
-)
-from async_spark.optim.sgd import (
-    SGD,
-    SGDMessage,
-    SGDState,
-    combine_sgd_messages,
-    sample_rows,
-    sgd,
-    sgd_task_gradient,
-)
+from async_spark.optim.saga import SAGA, SAGAMessage, SAGAState, combine_saga_messages, saga
+from async_spark.optim.sgd import SGD, SGDMessage, SGDState, combine_sgd_messages, sgd
 from async_spark.optim.steps import (
     STEP_RULES,
     ConstantStep,
@@ -95,14 +80,11 @@ __all__ = [
     "SGDMessage",
     "SGDState",
     "sgd",
-    "sgd_task_gradient",
     "combine_sgd_messages",
-    "sample_rows",
     "SAGA",
     "SAGAMessage",
     "SAGAState",
     "saga",
-    "saga_task_gradient",
     "combine_saga_messages",
     # step-size rules
     "StepRule",

@@ -27,6 +27,8 @@ __all__ = [
     "resolve",
     "check_interval",
     "as_float_array",
+    "check_fraction",
+    "check_problem_size",
 ]
 
 #: A hyperparameter: a number, or a callable ``step -> number`` (a schedule).
@@ -126,3 +128,29 @@ def as_float_array(name: str, value: Any) -> np.ndarray:
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"{name} must be finite")
     return arr
+
+
+def check_fraction(value: Any, name: str = "batch_fraction") -> float:
+    """A sampling fraction in (0, 1]."""
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be in (0, 1], got {value!r}")
+    try:
+        b = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be in (0, 1], got {value!r}") from None
+    if not (math.isfinite(b) and 0.0 < b <= 1.0):
+        raise ValueError(f"{name} must be in (0, 1], got {value!r}")
+    return b
+
+
+def _is_int(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | np.integer)
+
+
+def check_problem_size(n: Any, num_blocks: Any) -> tuple[int, int]:
+    """``n`` rows (an integer >= 1) split into ``num_blocks`` blocks (an integer in [1, n])."""
+    if not _is_int(n) or n < 1:
+        raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    if not _is_int(num_blocks) or not 1 <= num_blocks <= n:
+        raise ValueError(f"num_blocks must be an integer in [1, n={n}], got {num_blocks!r}")
+    return int(n), int(num_blocks)

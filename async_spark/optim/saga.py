@@ -7,7 +7,8 @@ gradients :math:`\alpha_i = r_i\otimes\tilde x_i` is stored as the scalars :math
 :math:`\bar\alpha = \frac1N\sum_i r_i\otimes\tilde x_i` (a parameter-sized vector). This is
 ASYNC's ASAGA: the driver ships a task only the old scalars of its sampled rows.
 
-Worker (:func:`saga_task_gradient`), rows ``S`` of its block at the (stale) :math:`\theta`:
+Worker (:func:`async_spark.solvers.worker.saga_delta`), rows ``S`` of its block at the (stale)
+:math:`\theta`:
 
 .. math:: \Delta = \sum_{i\in S}\big(\nabla f_i(\theta) - r_i\otimes\tilde x_i\big),\qquad
           r_i^{\text{new}} = \phi_i(\theta).
@@ -23,10 +24,11 @@ Driver (:meth:`SAGA.update`), with :math:`m = t\,bN/P` (``t`` results combined):
 uniform (Defazio, Bach & Lacoste-Julien, NIPS 2014; ASYNC, IPDPS 2020). The table starts at
 zero (:math:`\alpha_i = 0`, :math:`\bar\alpha = 0`).
 
-Rows must not be in two tasks at once: the update checks that the table still holds the
-scalars the task was given (``message.old_scalars``) when the message carries them.
-The table is updated **in place** (O(batch) per update instead of copying N scalars); the
-returned state shares the buffer, so an older state must not be reused after an update.
+The table is kept **by block** (one array of scalars per block, a tuple of P arrays), so an update
+returns a new state that replaces only the arrays of the blocks it touched (O(N/P) per
+asynchronous result) and never mutates the state it was given: an older state stays valid.
+Rows must not be in two tasks at once: the update checks that the table still holds the scalars
+the task was given (``message.old_scalars``) when the message carries them.
 """
 
 from __future__ import annotations
@@ -37,100 +39,63 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from async_spark.data.blocks import Block
-from async_spark.models.linear import (
-    LinearModel,
-    gradient_from_scalars,
-    prox_l1,
-    regularizer_gradient,
-    sample_scalars,
-)
-from async_spark.optim.sgd import _check_fraction
+from async_spark.models.linear import LinearModel, prox_l1, regularizer_gradient
+from async_spark.optim._validate import check_fraction, check_problem_size
 from async_spark.optim.steps import StepRule, as_step_rule
 
-__all__ = [
-    "SAGA",
-    "SAGAMessage",
-    "SAGAState",
-    "saga",
-    "saga_task_gradient",
-    "combine_saga_messages",
-]
-
-
-def saga_task_gradient(
-    model: LinearModel,
-    block: Block,
-    theta: np.ndarray,
-    sample_idx: np.ndarray,
-    old_scalars: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
-    r"""Worker side of SAGA on local rows ``sample_idx`` of ``block``.
-
-    Returns
-    -------
-    delta_sum : ndarray (num_params,)
-        :math:`\sum_{i\in S}(\nabla f_i(\theta) - r_i\otimes\tilde x_i)`.
-    new_scalars : ndarray (|S|,) or (|S|, K)
-        :math:`\phi_i(\theta)`, the scalars to store for these rows.
-    """
-    idx = np.asarray(sample_idx, dtype=np.int64)
-    old = np.asarray(old_scalars, dtype=np.float64)
-    if old.shape != (idx.size, *model.scalar_shape):
-        raise ValueError(
-            f"old_scalars must have shape {(idx.size, *model.scalar_shape)}, got {old.shape}"
-        )
-    if idx.size == 0:
-        return np.zeros(model.num_params), old.copy()
-    new = sample_scalars(model, block, theta, idx)
-    # One product with the difference: sum (phi_new - r_old) x_i.
-    return gradient_from_scalars(model, block, new - old, idx), new
+__all__ = ["SAGA", "SAGAMessage", "SAGAState", "saga", "combine_saga_messages"]
 
 
 class SAGAMessage(NamedTuple):
-    """A SAGA task's result as the update rule sees it.
+    """The results of one or more SAGA tasks as the update rule sees them.
 
     Attributes
     ----------
-    rows : ndarray of int
-        Global row indices of the sampled rows (``block.row_offset + sample_idx``).
+    blocks : tuple of int
+        The blocks whose rows were sampled (one per task result combined).
+    rows : tuple of ndarray of int
+        For each block, the local indices of its sampled rows.
     delta_sum : ndarray (num_params,)
-    new_scalars : ndarray (len(rows),) or (len(rows), K)
+    new_scalars : tuple of ndarray
+        For each block, ``(len(rows),)`` or ``(len(rows), K)`` scalars to store.
     staleness : int
     num_tasks : int
         Results combined into this message (P for a synchronous round).
-    old_scalars : ndarray or None
-        The scalars the task was given; when present, checked against the table.
+    old_scalars : tuple of ndarray, or None
+        The scalars the tasks were given; when present, checked against the table.
     """
 
-    rows: np.ndarray
+    blocks: tuple[int, ...]
+    rows: tuple[np.ndarray, ...]
     delta_sum: np.ndarray
-    new_scalars: np.ndarray
+    new_scalars: tuple[np.ndarray, ...]
     staleness: int = 0
     num_tasks: int = 1
-    old_scalars: np.ndarray | None = None
+    old_scalars: tuple[np.ndarray, ...] | None = None
 
 
 class SAGAState(NamedTuple):
-    """``step`` (updates applied), ``table`` (N,) or (N, K) scalars, ``avg`` :math:`\\bar\\alpha`."""
+    """``step`` (updates applied), ``table`` (one (rows,) or (rows, K) array of scalars per
+    block) and ``avg`` :math:`\bar\alpha`."""
 
     step: int
-    table: np.ndarray
+    table: tuple[np.ndarray, ...]
     avg: np.ndarray
 
 
 def combine_saga_messages(messages: Sequence[SAGAMessage]) -> SAGAMessage:
-    """Join the results of a synchronous round (disjoint rows) into one message."""
+    """Join the results of a synchronous round (disjoint blocks) into one message."""
     if not messages:
         raise ValueError("messages must not be empty")
     olds = [m.old_scalars for m in messages]
     return SAGAMessage(
-        np.concatenate([np.asarray(m.rows, dtype=np.int64) for m in messages]),
+        tuple(b for m in messages for b in m.blocks),
+        tuple(r for m in messages for r in m.rows),
         np.sum([m.delta_sum for m in messages], axis=0),
-        np.concatenate([np.asarray(m.new_scalars) for m in messages]),
+        tuple(s for m in messages for s in m.new_scalars),
         max(m.staleness for m in messages),
         sum(m.num_tasks for m in messages),
-        None if any(o is None for o in olds) else np.concatenate(olds),  # type: ignore[arg-type]
+        None if any(o is None for o in olds) else tuple(s for o in olds for s in o),  # type: ignore[union-attr]
     )
 
 
@@ -139,10 +104,17 @@ class SAGA:
     """The SAGA update rule (picklable; ``init``/``update`` as in DESIGN)."""
 
     model: LinearModel
-    n: int
-    num_blocks: int
+    block_rows: tuple[int, ...]
     batch_fraction: float
     step: StepRule
+
+    @property
+    def n(self) -> int:
+        return sum(self.block_rows)
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.block_rows)
 
     def init(self, params: np.ndarray) -> SAGAState:
         """Zero table and average."""
@@ -150,57 +122,69 @@ class SAGA:
             raise ValueError(
                 f"params must have shape ({self.model.num_params},), got {np.shape(params)}"
             )
-        return SAGAState(
-            0, np.zeros((self.n, *self.model.scalar_shape)), np.zeros(self.model.num_params)
-        )
+        shape = self.model.scalar_shape
+        table = tuple(np.zeros((rows, *shape)) for rows in self.block_rows)
+        return SAGAState(0, table, np.zeros(self.model.num_params))
 
-    def scalars_for(self, state: SAGAState, rows: np.ndarray) -> np.ndarray:
-        """Driver side at dispatch: a copy of the table's scalars for global ``rows``."""
-        return state.table[np.asarray(rows, dtype=np.int64)].copy()
+    def scalars_for(self, state: SAGAState, block: int, rows: np.ndarray) -> np.ndarray:
+        """Driver side at dispatch: a copy of the table's scalars for local ``rows`` of ``block``."""
+        return state.table[block][np.asarray(rows, dtype=np.int64)]  # fancy indexing copies
 
     def update(
         self, message: SAGAMessage, state: SAGAState, params: np.ndarray
     ) -> tuple[np.ndarray, SAGAState]:
-        """Driver side (``saga_update``): apply one (combined) result."""
+        """Driver side: apply one (combined) result; returns a new ``(params, state)``."""
         if message.staleness < 0 or message.num_tasks < 1:
             raise ValueError(
                 f"message needs staleness >= 0 and num_tasks >= 1, got {message.staleness}, {message.num_tasks}"
             )
-        rows = np.asarray(message.rows, dtype=np.int64)
-        new = np.asarray(message.new_scalars, dtype=np.float64)
-        if new.shape != (rows.size, *self.model.scalar_shape):
-            raise ValueError(
-                f"new_scalars must have shape {(rows.size, *self.model.scalar_shape)}, got {new.shape}"
-            )
-        if message.old_scalars is not None and not np.array_equal(
-            state.table[rows], message.old_scalars
+        table = list(state.table)
+        for i, (block, rows, new) in enumerate(
+            zip(message.blocks, message.rows, message.new_scalars, strict=True)
         ):
-            raise ValueError(
-                "the SAGA table changed for rows of this result since its dispatch: two tasks were"
-                " in flight on the same rows (keep at most one task per block in flight)"
-            )
+            rows = np.asarray(rows, dtype=np.int64)
+            new = np.asarray(new, dtype=np.float64)
+            if new.shape != (rows.size, *self.model.scalar_shape):
+                raise ValueError(
+                    f"new_scalars must have shape {(rows.size, *self.model.scalar_shape)}, got {new.shape}"
+                )
+            if message.old_scalars is not None and not np.array_equal(
+                table[block][rows], message.old_scalars[i]
+            ):
+                raise ValueError(
+                    "the SAGA table changed for rows of this result since its dispatch: two tasks"
+                    " were in flight on the same rows (keep at most one task per block in flight)"
+                )
+            table[block] = table[block].copy()
+            table[block][rows] = new
         delta = np.asarray(message.delta_sum, dtype=np.float64)
-        m = message.num_tasks * self.batch_fraction * self.n / self.num_blocks
+        n = self.n
+        m = message.num_tasks * self.batch_fraction * n / self.num_blocks
         gamma = float(self.step(state.step, message.staleness))
         direction = delta / m + state.avg + regularizer_gradient(self.model, params)
         new_params = prox_l1(self.model, params - gamma * direction, gamma)
-        avg = state.avg + delta / self.n
-        table = state.table
-        table[rows] = new
-        return new_params, SAGAState(state.step + 1, table, avg)
+        avg = state.avg + delta / n
+        return new_params, SAGAState(state.step + 1, tuple(table), avg)
 
 
-def saga(model: LinearModel, *, n: int, num_blocks: int, batch_fraction: float, step: Any) -> SAGA:
-    """Validate and build the SAGA rule (arguments as for :func:`async_spark.optim.sgd.sgd`;
-    ASYNC uses a constant ``step``)."""
+def saga(
+    model: LinearModel, *, block_rows: Sequence[int], batch_fraction: float, step: Any
+) -> SAGA:
+    """Validate and build the SAGA rule.
+
+    Parameters
+    ----------
+    model : LinearModel
+    block_rows : sequence of int
+        Rows of each block (N in all, P blocks).
+    batch_fraction : float in (0, 1]
+    step : float > 0 or StepRule
+        ASYNC uses a constant step; see :mod:`async_spark.optim.steps`.
+    """
     if not isinstance(model, LinearModel):
         raise ValueError(f"model must be a LinearModel, got {type(model).__name__}")
-    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
-        raise ValueError(f"n must be an integer >= 1, got {n!r}")
-    if (
-        isinstance(num_blocks, bool)
-        or not isinstance(num_blocks, int | np.integer)
-        or not 1 <= num_blocks <= n
-    ):
-        raise ValueError(f"num_blocks must be an integer in [1, n={n}], got {num_blocks!r}")
-    return SAGA(model, int(n), int(num_blocks), _check_fraction(batch_fraction), as_step_rule(step))
+    rows = tuple(int(r) for r in block_rows)
+    if any(r < 0 for r in rows):
+        raise ValueError(f"block_rows must be integers >= 0, got {list(block_rows)!r}")
+    check_problem_size(sum(rows), len(rows))
+    return SAGA(model, rows, check_fraction(batch_fraction), as_step_rule(step))

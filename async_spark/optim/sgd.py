@@ -1,9 +1,8 @@
 r"""Mini-batch SGD (synchronous and asynchronous) with ASYNC's conventions.
 
-A task on block ``p`` draws a Bernoulli(b) sample ``S`` of its rows (reproducible from
-``(seed, p, task_seq)`` by :func:`sample_rows`, on the driver as on the worker) and returns
-:math:`g = \sum_{i \in S} \nabla f_i(\theta_{\text{stale}})` (:func:`sgd_task_gradient`). The driver
-applies (:meth:`SGD.update`)
+A task on block ``p`` draws a Bernoulli(b) sample ``S`` of its rows and returns
+:math:`g = \sum_{i \in S} \nabla f_i(\theta_{\text{stale}})` (the worker side lives in
+:mod:`async_spark.solvers.worker`). The driver applies (:meth:`SGD.update`)
 
 .. math::
 
@@ -19,79 +18,17 @@ The intercept is never penalized.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from async_spark.data.blocks import Block
-from async_spark.models.linear import (
-    LinearModel,
-    block_gradient_sum,
-    prox_l1,
-    regularizer_gradient,
-)
+from async_spark.models.linear import LinearModel, prox_l1, regularizer_gradient
+from async_spark.optim._validate import check_fraction, check_problem_size
 from async_spark.optim.steps import StepRule, as_step_rule
 
-__all__ = [
-    "SGD",
-    "SGDMessage",
-    "SGDState",
-    "sample_rows",
-    "sgd",
-    "sgd_task_gradient",
-    "combine_sgd_messages",
-]
-
-
-def _check_fraction(fraction: Any) -> float:
-    if isinstance(fraction, bool):
-        raise ValueError(f"batch_fraction must be in (0, 1], got {fraction!r}")
-    try:
-        b = float(fraction)
-    except (TypeError, ValueError):
-        raise ValueError(f"batch_fraction must be in (0, 1], got {fraction!r}") from None
-    if not (math.isfinite(b) and 0.0 < b <= 1.0):
-        raise ValueError(f"batch_fraction must be in (0, 1], got {fraction!r}")
-    return b
-
-
-def sample_rows(
-    seed: int, block_index: int, task_seq: int, rows: int, fraction: float
-) -> np.ndarray:
-    """The Bernoulli(``fraction``) sample of a task: sorted local row indices in ``[0, rows)``.
-
-    Deterministic in ``(seed, block_index, task_seq)`` (numpy ``default_rng`` seeded with that
-    triple), so the driver and the worker draw the same sample. Drawn as a Binomial size and a
-    uniform subset of that size (the same law as independent coin flips, in O(sample) time).
-    ``fraction == 1`` returns every row.
-    """
-    for name, v in (
-        ("seed", seed),
-        ("block_index", block_index),
-        ("task_seq", task_seq),
-        ("rows", rows),
-    ):
-        if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 0:
-            raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
-    b = _check_fraction(fraction)
-    if b == 1.0:
-        return np.arange(rows, dtype=np.int64)
-    rng = np.random.default_rng([int(seed), int(block_index), int(task_seq)])
-    k = int(rng.binomial(rows, b))
-    idx = rng.choice(rows, size=k, replace=False).astype(np.int64)
-    idx.sort()
-    return idx
-
-
-def sgd_task_gradient(
-    model: LinearModel, block: Block, theta: np.ndarray, sample_idx: np.ndarray | None
-) -> np.ndarray:
-    r"""Worker side: :math:`\sum_{i \in S}\nabla f_i(\theta)` over local rows ``sample_idx``
-    (flat, data part only; None = every row of the block)."""
-    return block_gradient_sum(model, block, theta, sample_idx)
+__all__ = ["SGD", "SGDMessage", "SGDState", "sgd", "combine_sgd_messages"]
 
 
 class SGDMessage(NamedTuple):
@@ -178,12 +115,5 @@ def sgd(model: LinearModel, *, n: int, num_blocks: int, batch_fraction: float, s
     """
     if not isinstance(model, LinearModel):
         raise ValueError(f"model must be a LinearModel, got {type(model).__name__}")
-    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
-        raise ValueError(f"n must be an integer >= 1, got {n!r}")
-    if (
-        isinstance(num_blocks, bool)
-        or not isinstance(num_blocks, int | np.integer)
-        or not 1 <= num_blocks <= n
-    ):
-        raise ValueError(f"num_blocks must be an integer in [1, n={n}], got {num_blocks!r}")
-    return SGD(model, int(n), int(num_blocks), _check_fraction(batch_fraction), as_step_rule(step))
+    n, num_blocks = check_problem_size(n, num_blocks)
+    return SGD(model, n, num_blocks, check_fraction(batch_fraction), as_step_rule(step))

@@ -40,7 +40,7 @@ __all__ = [
     "state_from_parts",
 ]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: tuple-valued state fields (SAGA's table by block)
 
 
 class CheckpointError(ValueError):
@@ -63,10 +63,15 @@ class Checkpoint:
 
 
 def _state_parts(state: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    arrays, scalars = {}, {}
+    arrays: dict[str, np.ndarray] = {}
+    scalars: dict[str, Any] = {}
     for name, value in state._asdict().items():
         if isinstance(value, np.ndarray):
             arrays[name] = value
+        elif isinstance(value, tuple) and all(isinstance(v, np.ndarray) for v in value):
+            # A tuple of arrays (e.g. SAGA's table by block): one entry per element.
+            scalars[f"{name}.len"] = len(value)
+            arrays.update({f"{name}.{i}": v for i, v in enumerate(value)})
         elif isinstance(value, int | float | np.integer | np.floating):
             scalars[name] = value.item() if hasattr(value, "item") else value
         else:
@@ -74,18 +79,32 @@ def _state_parts(state: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     return arrays, scalars
 
 
+def _array(name: str, fresh: Any, arrays: dict[str, np.ndarray]) -> np.ndarray:
+    if name not in arrays:
+        raise CheckpointError(f"checkpoint lacks the state field {name!r}")
+    value = arrays[name]
+    if isinstance(fresh, np.ndarray) and value.shape != fresh.shape:
+        raise CheckpointError(
+            f"checkpoint state field {name!r} has shape {value.shape}, this run needs "
+            f"{fresh.shape}: the checkpoint is of another model or dataset"
+        )
+    return np.array(value)  # writable copy
+
+
 def state_from_parts(template: Any, arrays: dict[str, np.ndarray], scalars: dict[str, Any]) -> Any:
     """Rebuild a rule's NamedTuple state shaped like ``template`` (the rule's fresh state)."""
-    values = {}
+    values: dict[str, Any] = {}
     for name, fresh in template._asdict().items():
-        if name in arrays:
-            value = arrays[name]
-            if isinstance(fresh, np.ndarray) and value.shape != fresh.shape:
+        if isinstance(fresh, tuple):
+            parts = scalars.get(f"{name}.len")
+            if parts != len(fresh):
                 raise CheckpointError(
-                    f"checkpoint state field {name!r} has shape {value.shape}, this run needs "
-                    f"{fresh.shape}: the checkpoint is of another model or dataset"
+                    f"checkpoint state field {name!r} has {parts} parts, this run needs "
+                    f"{len(fresh)}: the checkpoint is of another model or dataset"
                 )
-            values[name] = np.array(value)  # writable copy
+            values[name] = tuple(_array(f"{name}.{i}", f, arrays) for i, f in enumerate(fresh))
+        elif isinstance(fresh, np.ndarray) or name in arrays:
+            values[name] = _array(name, fresh, arrays)
         elif name in scalars:
             values[name] = scalars[name]
         else:

@@ -1,7 +1,7 @@
 """The linear solvers on the cluster emulator: their task's work, the engine factory, calibration.
 
 :mod:`async_spark.engine.emulator` emulates any task function; this module tells it what a
-linear-solver task costs (the nonzeros of its sampled rows, :func:`linear_task_work`), builds the
+linear-solver task costs (the nonzeros of its sampled rows, :meth:`~async_spark.solvers.worker.LinearTask.work`), builds the
 ``engine_factory`` that :func:`~async_spark.solvers.linear.train_linear` takes
 (:func:`virtual_engine_factory`), and measures the cost model on the real Spark engine with
 linear-solver tasks (:func:`calibrate`).
@@ -23,33 +23,20 @@ from async_spark.engine.emulator import virtual_engine_factory as _engine_factor
 from async_spark.engine.engine import AsyncEngine
 from async_spark.engine.policies import Policy
 
-__all__ = ["calibrate", "linear_task_work", "virtual_engine_factory"]
-
-
-def linear_task_work(block_index: int, args: Any) -> float | None:
-    """Nonzeros touched by a linear-solver task: those of its sampled rows (dense: rows x d)."""
-    from async_spark.data.blocks import get_block
-    from async_spark.optim.sgd import sample_rows
-    from async_spark.solvers.tasks import LinearTaskArgs
-
-    if not isinstance(args, LinearTaskArgs):
-        return None
-    block = get_block(args.source, block_index)
-    idx = sample_rows(args.seed, block_index, args.block_task, block.rows, args.batch_fraction)
-    X = block.X
-    if hasattr(X, "indptr"):
-        indptr = np.asarray(X.indptr)
-        return float(np.sum(indptr[idx + 1] - indptr[idx]))
-    return float(idx.size * X.shape[1])
+__all__ = ["calibrate", "virtual_engine_factory"]
 
 
 def virtual_engine_factory(
     cost: CostModel | None = None, **options: Any
 ) -> Callable[..., VirtualEngine]:
     """An ``engine_factory`` for :func:`~async_spark.solvers.linear.train_linear` on the emulator,
-    with the compute of each task modelled from its nonzeros (:func:`linear_task_work`)."""
-    options.setdefault("work_fn", linear_task_work)
-    return _engine_factory(cost, **options)
+    with the compute of each task modelled from its nonzeros (the task's ``work``)."""
+
+    def factory(task_fn: Any, **engine_options: Any) -> VirtualEngine:
+        work_fn = options.get("work_fn") or getattr(task_fn, "work", None)
+        return _engine_factory(cost, **{**options, "work_fn": work_fn})(task_fn, **engine_options)
+
+    return factory
 
 
 def calibrate(
@@ -80,8 +67,7 @@ def calibrate(
     """
     from async_spark.engine.spark import SparkTransport
     from async_spark.models.linear import LinearModel, init_params
-    from async_spark.optim.sgd import sample_rows
-    from async_spark.solvers.tasks import LinearTaskArgs, linear_task
+    from async_spark.solvers.worker import LinearTask, TaskArgs, sample_rows
 
     if rule not in ("saga", "sgd"):
         raise ValueError(f"rule must be 'saga' or 'sgd', got {rule!r}")
@@ -102,7 +88,9 @@ def calibrate(
     plan = [fractions[0]] + [f for f in fractions for _ in range(tasks_per_fraction)]
     issued: dict[int, float] = {}
 
-    def task_args(ticket: TaskTicket) -> LinearTaskArgs:
+    task = LinearTask(source, model, seed, "saga" if rule == "saga" else "gradient")
+
+    def task_args(ticket: TaskTicket) -> TaskArgs:
         frac = plan[min(ticket.task_id, len(plan) - 1)]
         issued[ticket.task_id] = frac
         old = None
@@ -111,12 +99,12 @@ def calibrate(
                 seed, ticket.block, ticket.block_task, desc.rows_per_block[ticket.block], frac
             )
             old = np.zeros((idx.size, *model.scalar_shape))
-        return LinearTaskArgs(rule, source, model, frac, seed, ticket.block_task, old)
+        return TaskArgs(ticket.block_task, frac, old)
 
     samples: list[tuple[float, float, float]] = []  # (nnz, compute, seconds)
     with AsyncEngine(
         SparkTransport(spark.sparkContext),
-        linear_task,
+        task,
         num_blocks=P,
         policy=Policy.asynchronous(),
         max_in_flight=1,  # one task at a time: no queueing, no contention
@@ -129,10 +117,7 @@ def calibrate(
             count += 1
             if r.block_task > 0:
                 frac = issued[r.task_id]
-                args_nnz = linear_task_work(
-                    r.block,
-                    LinearTaskArgs(rule, source, model, frac, seed, r.block_task, None),
-                )
+                args_nnz = task.work(r.block, TaskArgs(r.block_task, frac))
                 samples.append((float(args_nnz or 0.0), r.compute_seconds, r.seconds))
             if count >= len(plan):
                 break

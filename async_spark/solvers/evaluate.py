@@ -15,7 +15,7 @@ import numpy as np
 from async_spark.data.blocks import BlockSource
 from async_spark.models.linear import LinearModel, regularizer
 
-from .tasks import snapshot_losses
+from .worker import snapshot_losses
 
 __all__ = ["Evaluator"]
 

@@ -24,40 +24,31 @@ blocks, :math:`c_\ell = 1/4` for logistic, 1 for squares, 1/2 for softmax) and
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from async_spark.data.blocks import BlockSource, DatasetDescriptor
-from async_spark.models.linear import LinearModel, prox_l1, regularizer_gradient
-from async_spark.optim.momentum import accelerated_projected_gradient, heavy_ball, nesterov
+from async_spark.models.linear import (
+    LOSS_CURVATURE,
+    LinearModel,
+    prox_l1,
+    regularizer_gradient,
+)
+from async_spark.optim.momentum import (
+    UpdateRule,
+    accelerated_projected_gradient,
+    heavy_ball,
+    nesterov,
+)
 from async_spark.optim.parameters import momentum_parameters
 from async_spark.optim.sgd import SGDMessage
 
 from .curvature import gram_max_eigenvalue
 
-__all__ = ["MOMENTUM_METHODS", "MomentumLinear", "gram_max_eigenvalue", "momentum_step"]
-
-MOMENTUM_METHODS = ("hb", "ag", "apg", "ahb", "aag", "aapg")
-_BASE = {"hb": "hb", "ahb": "hb", "ag": "ag", "aag": "ag", "apg": "apg", "aapg": "apg"}
-_LOSS_CURVATURE = {"logistic": 0.25, "squares": 1.0, "softmax": 0.5}
-
-
-def momentum_step(
-    method: str, model: LinearModel, source: BlockSource, desc: DatasetDescriptor
-) -> tuple[float, float, dict[str, float]]:
-    """``(alpha, beta, curvature)`` from the data for ``--step auto``."""
-    if model.l2 <= 0:
-        raise ValueError(
-            "--step auto for momentum methods needs --l2 > 0 (mu = l2 is the strong convexity "
-            "used to choose the momentum); or give --step and --momentum"
-        )
-    lam = gram_max_eigenvalue(source, desc, intercept=model.fit_intercept)
-    L = _LOSS_CURVATURE[model.loss] * lam + model.l2
-    mu = model.l2
-    kind = "hb" if _BASE[method] == "hb" else "ag"  # APG is tuned as AG
-    alpha, beta = momentum_parameters(kind, mu, L)
-    return alpha, beta, {"L": L, "mu": mu, "kappa": L / mu}
+__all__ = ["MOMENTUM_RULES", "MomentumLinear", "momentum_step"]
 
 
 class _WeightsL1:
@@ -74,58 +65,81 @@ class _WeightsL1:
         return np.asarray(self.model.l1 * np.abs(np.asarray(x)[..., :m]).sum(axis=-1))
 
 
+def _apg(model: LinearModel, alpha: float, beta: float) -> UpdateRule:
+    return accelerated_projected_gradient(alpha, beta, _WeightsL1(model))
+
+
+#: Momentum rules by name: ``(model, alpha, beta) -> UpdateRule``, and the name
+#: :func:`~async_spark.optim.parameters.momentum_parameters` tunes it as (APG is tuned as AG).
+MOMENTUM_RULES: dict[str, tuple[Any, str]] = {
+    "hb": (lambda model, a, b: heavy_ball(a, b), "hb"),
+    "ag": (lambda model, a, b: nesterov(a, b), "ag"),
+    "apg": (_apg, "ag"),
+}
+
+
+def momentum_step(
+    rule: str, model: LinearModel, source: BlockSource, desc: DatasetDescriptor
+) -> tuple[float, float, dict[str, float]]:
+    """``(alpha, beta, curvature)`` from the data for ``--step auto``."""
+    if model.l2 <= 0:
+        raise ValueError(
+            "--step auto for momentum methods needs --l2 > 0 (mu = l2 is the strong convexity "
+            "used to choose the momentum); or give --step and --momentum"
+        )
+    lam = gram_max_eigenvalue(source, desc, intercept=model.fit_intercept)
+    L = LOSS_CURVATURE[model.loss] * lam + model.l2
+    mu = model.l2
+    alpha, beta = momentum_parameters(MOMENTUM_RULES[rule][1], mu, L)
+    return alpha, beta, {"L": L, "mu": mu, "kappa": L / mu}
+
+
+@dataclass(frozen=True)
 class MomentumLinear:
     """HB / AG / APG as an update rule over SGD messages (same interface as SGD and SAGA).
 
     Parameters
     ----------
-    method : one of MOMENTUM_METHODS (the leading "a" only marks asynchronous use)
+    rule : "hb", "ag" or "apg"
     model : LinearModel
     n, num_blocks, batch_fraction : as for SGD
     alpha, beta : step and momentum
-    momentum_damping : c >= 0, beta / (1 + c * staleness)
+    momentum_damping : c >= 0; a result of staleness tau (carried by the message) uses
+        beta / (1 + c * tau)
     """
 
-    def __init__(
-        self,
-        method: str,
-        model: LinearModel,
-        *,
-        n: int,
-        num_blocks: int,
-        batch_fraction: float,
-        alpha: float,
-        beta: float,
-        momentum_damping: float = 0.0,
-    ) -> None:
-        if method not in MOMENTUM_METHODS:
-            raise ValueError(f"method must be one of {', '.join(MOMENTUM_METHODS)}, got {method!r}")
-        if not momentum_damping >= 0:
-            raise ValueError(f"momentum_damping must be >= 0, got {momentum_damping!r}")
-        self.model = model
-        self.n, self.num_blocks, self.batch_fraction = n, num_blocks, batch_fraction
-        self.alpha, self.beta, self.damping = float(alpha), float(beta), float(momentum_damping)
-        self._staleness = 0
-        base = _BASE[method]
-        beta_fn = self._beta if self.damping > 0 else self.beta
-        if base == "hb":
-            self.rule = heavy_ball(self.alpha, beta_fn)
-        elif base == "ag":
-            self.rule = nesterov(self.alpha, beta_fn)
-        else:  # apg: the prox of the L1 term on the weights (the intercept is never penalized)
-            self.rule = accelerated_projected_gradient(self.alpha, beta_fn, _WeightsL1(model))
+    rule: str
+    model: LinearModel
+    n: int
+    num_blocks: int
+    batch_fraction: float
+    alpha: float
+    beta: float
+    momentum_damping: float = 0.0
 
-    def _beta(self, k: int) -> float:
-        return self.beta / (1.0 + self.damping * self._staleness)
+    def __post_init__(self) -> None:
+        if self.rule not in MOMENTUM_RULES:
+            raise ValueError(f"rule must be one of {', '.join(MOMENTUM_RULES)}, got {self.rule!r}")
+        if not self.momentum_damping >= 0:
+            raise ValueError(f"momentum_damping must be >= 0, got {self.momentum_damping!r}")
+
+    @functools.cached_property
+    def _fresh(self) -> UpdateRule:
+        return self._rule_with(self.beta)
+
+    def _rule_with(self, beta: float) -> UpdateRule:
+        return MOMENTUM_RULES[self.rule][0](self.model, float(self.alpha), beta)
 
     def init(self, params: np.ndarray) -> Any:
-        return self.rule.init(params)
+        return self._fresh.init(params)
 
     def update(self, message: SGDMessage, state: Any, params: np.ndarray) -> tuple[np.ndarray, Any]:
         m = message.num_tasks * self.batch_fraction * self.n / self.num_blocks
         g = np.asarray(message.grad_sum) / m + regularizer_gradient(self.model, params)
-        self._staleness = int(message.staleness)
-        return self.rule.update(g, state, params)
+        rule = self._fresh
+        if self.momentum_damping > 0:
+            rule = self._rule_with(self.beta / (1.0 + self.momentum_damping * message.staleness))
+        return rule.update(g, state, params)
 
     @staticmethod
     def iterate(params: np.ndarray, state: Any) -> np.ndarray:

@@ -14,7 +14,7 @@ from async_spark.data.dataset import open_dataset
 from async_spark.engine import AsyncEngine, LocalTransport, Policy, StragglerModel
 from async_spark.engine.emulator import CostModel, VirtualEngine, payload_nbytes
 from async_spark.solvers import TrainConfig, train_linear
-from async_spark.solvers.emulation import calibrate, linear_task_work, virtual_engine_factory
+from async_spark.solvers.emulation import calibrate, virtual_engine_factory
 
 
 @pytest.fixture(scope="module")
@@ -226,17 +226,15 @@ def test_communication_time_follows_bandwidth_and_latency():
 
 
 def test_nonzero_count_of_a_linear_task(cancer3):
-    from async_spark.optim.sgd import sample_rows
     from async_spark.solvers.linear import build_model
-    from async_spark.solvers.tasks import LinearTaskArgs
+    from async_spark.solvers.worker import LinearTask, TaskArgs, sample_rows
 
     source, desc = open_dataset("builtin:synthetic?n=3000&d=200&nnz=10", 2, loss="logistic")
-    model = build_model(TrainConfig(), desc)
-    args = LinearTaskArgs("sgd", source, model, 0.25, 3, 4, None)
+    task = LinearTask(source, build_model(TrainConfig(), desc), seed=3)
     block = source.load(1)
     idx = sample_rows(3, 1, 4, block.rows, 0.25)
-    assert linear_task_work(1, args) == block.X[idx].nnz
-    assert linear_task_work(0, object()) is None
+    assert task.work(1, TaskArgs(4, 0.25)) == block.X[idx].nnz
+    assert task.work(0, object()) is None
 
 
 # --- the cost model ------------------------------------------------------------------------------
@@ -310,7 +308,7 @@ def test_bad_cost_files_and_engine_arguments_are_refused(tmp_path):
 
 # --- the command ----------------------------------------------------------------------------------
 def _emulate(argv):
-    from async_spark.emulate_cli import add_emulate_arguments, run_emulate
+    from async_spark.cli.emulate import add_emulate_arguments, run_emulate
 
     parser = argparse.ArgumentParser()
     add_emulate_arguments(parser)

@@ -9,8 +9,16 @@ import scipy.sparse as sp
 from async_spark.data import open_dataset
 from async_spark.data.blocks import Block
 from async_spark.models import LinearModel, init_params, objective, pack_params
-from async_spark.optim.saga import SAGAMessage, combine_saga_messages, saga, saga_task_gradient
-from async_spark.optim.sgd import sample_rows
+from async_spark.optim.saga import SAGAMessage, combine_saga_messages, saga
+from async_spark.solvers.worker import saga_delta as saga_task_gradient
+from async_spark.solvers.worker import sample_rows
+
+
+def _msg(block, local, delta, new, old=None):
+    """One task's SAGA message (local rows of one block)."""
+    return SAGAMessage(
+        (block,), (local,), delta, (new,), old_scalars=None if old is None else (old,)
+    )
 
 
 def _grad_i(model, x, t, theta):
@@ -77,17 +85,16 @@ def test_saga_matches_classic_saga(loss, K, sparse, P) -> None:
         Block(sp.csr_matrix(X[lo:hi]) if sparse else X[lo:hi], y[lo:hi], int(lo))
         for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)
     ]
-    rule = saga(model, n=n, num_blocks=P, batch_fraction=b, step=gamma)
+    rule = saga(model, block_rows=[blk.rows for blk in blocks], batch_fraction=b, step=gamma)
     theta = init_params(model)
     state = rule.init(theta)
     for k in range(rounds):
         msgs = []
         for p, blk in enumerate(blocks):
             local = sample_rows(seed, p, k, blk.rows, b)
-            rows = blk.row_offset + local
-            old = rule.scalars_for(state, rows)
+            old = rule.scalars_for(state, p, local)
             delta, new = saga_task_gradient(model, blk, theta, local, old)
-            msgs.append(SAGAMessage(rows, delta, new, old_scalars=old))
+            msgs.append(_msg(p, local, delta, new, old))
         theta, state = rule.update(combine_saga_messages(msgs), state, theta)
     ref = _classic_saga(
         model, X, y, n, P, b, gamma, seed, rounds, [(blk.row_offset, blk.rows) for blk in blocks]
@@ -95,11 +102,10 @@ def test_saga_matches_classic_saga(loss, K, sparse, P) -> None:
     np.testing.assert_allclose(theta, ref, rtol=1e-12, atol=1e-12)
     # The scalar table reproduces the classic table's average exactly.
     table_avg = np.zeros(model.num_params)
-    for blk in blocks:
+    for p, blk in enumerate(blocks):
         from async_spark.models import gradient_from_scalars
 
-        r = state.table[blk.row_offset : blk.row_offset + blk.rows]
-        table_avg += gradient_from_scalars(model, blk, r)
+        table_avg += gradient_from_scalars(model, blk, state.table[p])
     np.testing.assert_allclose(state.avg, table_avg / n, rtol=1e-11, atol=1e-13)
 
 
@@ -112,17 +118,16 @@ def test_saga_converges_to_sklearn_optimum_on_breast_cancer() -> None:
     model = LinearModel("logistic", desc.d, l2=l2)
     # Step 0.1: the theory-safe 1/(3 (L_max + l2)) = 0.003 on these rows (max ||x||^2 = 422
     # after standardization) is ~30x smaller and would need ~30x more updates.
-    rule = saga(model, n=desc.n, num_blocks=P, batch_fraction=b, step=0.1)
+    rule = saga(model, block_rows=desc.rows_per_block, batch_fraction=b, step=0.1)
     theta = init_params(model)
     state = rule.init(theta)
     for k in range(5000):  # asynchronous-style: one block's result per update
         p = k % P
         blk = blocks[p]
         local = sample_rows(0, p, k // P, blk.rows, b)
-        rows = blk.row_offset + local
-        old = rule.scalars_for(state, rows)
+        old = rule.scalars_for(state, p, local)
         delta, new = saga_task_gradient(model, blk, theta, local, old)
-        theta, state = rule.update(SAGAMessage(rows, delta, new, old_scalars=old), state, theta)
+        theta, state = rule.update(_msg(p, local, delta, new, old), state, theta)
     X = np.vstack([blk.X for blk in blocks])
     y = np.concatenate([blk.y for blk in blocks])
     sk = LogisticRegression(C=1.0 / (desc.n * l2), tol=1e-12, max_iter=10_000).fit(X, y)
@@ -133,25 +138,42 @@ def test_saga_converges_to_sklearn_optimum_on_breast_cancer() -> None:
 
 def test_table_conflict_is_refused() -> None:
     model = LinearModel("squares", 2)
-    rule = saga(model, n=4, num_blocks=1, batch_fraction=1.0, step=0.1)
+    rule = saga(model, block_rows=[4], batch_fraction=1.0, step=0.1)
     theta = init_params(model)
     state = rule.init(theta)
     rows = np.array([0, 1])
-    old = rule.scalars_for(state, rows)
-    msg = SAGAMessage(rows, np.ones(3), np.array([1.0, 2.0]), old_scalars=old)
+    old = rule.scalars_for(state, 0, rows)
+    msg = _msg(0, rows, np.ones(3), np.array([1.0, 2.0]), old)
     theta, state = rule.update(msg, state, theta)
     with pytest.raises(ValueError, match="two tasks were in flight on the same rows"):
         rule.update(msg, state, theta)  # the same rows, dispatched with the old scalars
 
 
-def test_message_shapes_are_checked() -> None:
-    model = LinearModel("softmax", 2, 3)
-    rule = saga(model, n=4, num_blocks=1, batch_fraction=1.0, step=0.1)
+def test_update_returns_a_new_state_and_leaves_the_old_one_valid() -> None:
+    """No hidden mutation: replaying an update from the same state gives the same result, and
+    only the touched block's table is a new array (the others are shared, O(N/P) per update)."""
+    model = LinearModel("logistic", 2)
+    rule = saga(model, block_rows=[3, 2], batch_fraction=1.0, step=0.1)
     theta = init_params(model)
     state = rule.init(theta)
-    assert state.table.shape == (4, 3) and state.avg.shape == (9,)
+    before = [t.copy() for t in state.table]
+    msg = _msg(1, np.array([0, 1]), np.ones(3), np.array([0.5, -0.5]))
+    theta1, state1 = rule.update(msg, state, theta)
+    theta2, state2 = rule.update(msg, state, theta)
+    assert all(np.array_equal(a, b) for a, b in zip(state.table, before, strict=True))
+    assert np.array_equal(theta1, theta2) and np.array_equal(state1.table[1], state2.table[1])
+    np.testing.assert_array_equal(state1.table[1], [0.5, -0.5])
+    assert state1.table[0] is state.table[0] and state1.table[1] is not state.table[1]
+
+
+def test_message_shapes_are_checked() -> None:
+    model = LinearModel("softmax", 2, 3)
+    rule = saga(model, block_rows=[4], batch_fraction=1.0, step=0.1)
+    theta = init_params(model)
+    state = rule.init(theta)
+    assert state.table[0].shape == (4, 3) and state.avg.shape == (9,)
     with pytest.raises(ValueError, match=r"new_scalars must have shape \(2, 3\), got \(2,\)"):
-        rule.update(SAGAMessage(np.array([0, 1]), np.zeros(9), np.zeros(2)), state, theta)
+        rule.update(_msg(0, np.array([0, 1]), np.zeros(9), np.zeros(2)), state, theta)
     blk = Block(np.ones((4, 2)), np.zeros(4), 0)
     with pytest.raises(ValueError, match=r"old_scalars must have shape \(2, 3\)"):
         saga_task_gradient(model, blk, theta, np.array([0, 1]), np.zeros(2))

@@ -11,13 +11,7 @@ import scipy.sparse as sp
 
 from async_spark.data.blocks import Block
 from async_spark.models import LinearModel, init_params, sample_smoothness
-from async_spark.optim.sgd import (
-    SGDMessage,
-    combine_sgd_messages,
-    sample_rows,
-    sgd,
-    sgd_task_gradient,
-)
+from async_spark.optim.sgd import SGDMessage, combine_sgd_messages, sgd
 from async_spark.optim.steps import (
     ConstantStep,
     InvSqrtStep,
@@ -25,6 +19,7 @@ from async_spark.optim.steps import (
     auto_step,
     make_step_rule,
 )
+from async_spark.solvers.worker import gradient_sum, sample_rows
 
 
 def _reference_sample(seed, block, seq, rows, fraction):
@@ -89,7 +84,7 @@ def test_sgd_one_block_matches_numpy_loop(sparse, rule) -> None:
         staleness = k % 3  # as if results arrived late
         idx = sample_rows(seed, 0, k, n, b)
         np.testing.assert_array_equal(idx, _reference_sample(seed, 0, k, n, b))
-        g = sgd_task_gradient(model, block, theta, idx)
+        g = gradient_sum(model, block, theta, idx, None)
         theta, state = opt.update(SGDMessage(g, staleness), state, theta)
 
         gw, gc = np.zeros(d), 0.0

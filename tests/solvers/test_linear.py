@@ -8,8 +8,8 @@ from scipy.special import expit
 
 from async_spark.data.dataset import open_dataset
 from async_spark.models.linear import objective
-from async_spark.optim.sgd import sample_rows
 from async_spark.solvers import TrainConfig, train_linear
+from async_spark.solvers.worker import sample_rows
 
 
 def _arrays(source, desc):

@@ -1,0 +1,176 @@
+"""The driver loop of a linear run: results -> message -> update -> publish -> record -> stop?
+
+The same loop runs every method (the family in :mod:`.methods` makes the messages) on every
+transport (the engine hands it accepted results, whichever way the tasks ran).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from async_spark.engine.engine import EngineError, TaskResult
+
+from .methods import Family
+from .recording import Recorder
+
+__all__ = ["Current", "Limits", "LoopEnd", "Messages", "run_updates"]
+
+DIVERGENCE_FACTOR = 1e4  # gradient norm growth over the first updates that means divergence
+EARLY_UPDATES = 10  # updates whose gradient norms set the scale divergence is measured against
+
+
+@dataclass
+class Current:
+    """The driver's parameters and rule state now (read at dispatch, replaced at each update)."""
+
+    theta: np.ndarray
+    state: Any
+
+
+class Limits(NamedTuple):
+    """When the loop stops (any that is set)."""
+
+    max_updates: int | None
+    time_budget: float | None
+    stop: threading.Event | None
+
+
+class LoopEnd(NamedTuple):
+    updates: int
+    stopped_by: str
+    wall: float
+
+
+class Messages:
+    """Results -> the rule's messages.
+
+    Keeps the memo of each block's task in flight (at most one per block, so this stays bounded
+    whatever happens to the tasks) and, for synchronous methods, buffers a round's messages until
+    every live block has answered, then combines them in block order (so a seeded round does not
+    depend on the order its results arrived in).
+    """
+
+    def __init__(self, family: Family, synchronous: bool) -> None:
+        self.family = family
+        self.synchronous = synchronous
+        self._memos: dict[int, tuple[int, Any]] = {}
+        self._round: list[tuple[int, Any]] = []
+
+    def dispatched(self, block: int, task_id: int, memo: Any) -> None:
+        self._memos[block] = (task_id, memo)
+
+    def accept(self, result: TaskResult, live_blocks: int) -> Any:
+        """The message to apply now, or None while a synchronous round is incomplete."""
+        task_id, memo = self._memos.pop(result.block, (result.task_id, None))
+        assert task_id == result.task_id, "one task in flight per block"
+        msg = self.family.message(result, memo)
+        if not self.synchronous:
+            return msg
+        self._round.append((result.block, msg))
+        if len(self._round) < live_blocks:
+            return None
+        self._round.sort(key=lambda item: item[0])
+        combined = self.family.combine([m for _, m in self._round])
+        self._round = []
+        return combined
+
+
+class _DivergenceGuard:
+    """Stops a run whose gradients grow far above those of its first updates."""
+
+    def __init__(self, gamma: float) -> None:
+        self.gamma = gamma
+        self.early = 0.0
+        self.seen = 0
+
+    def check(self, signal: np.ndarray, update: int) -> None:
+        norm = float(np.linalg.norm(signal))
+        if self.seen < EARLY_UPDATES:  # this run's (or this resumed segment's) first updates
+            self.early = max(self.early, norm)
+            self.seen += 1
+        elif norm > DIVERGENCE_FACTOR * max(self.early, 1e-300):
+            raise FloatingPointError(
+                f"the run diverged at update {update}: the gradient norm grew "
+                f"{norm / self.early:.1e}x above its first updates; the step {self.gamma:g} "
+                "is too large for this data; try a smaller --step (the last checkpoint, "
+                "if any, is kept)"
+            )
+
+    def check_finite(self, theta: np.ndarray, update: int) -> None:
+        if not np.all(np.isfinite(theta)):
+            raise FloatingPointError(
+                f"the parameters became non-finite at update {update}: the step "
+                f"{self.gamma:g} is too large for this data; try a smaller --step"
+            )
+
+
+def _results(engine: Any, gamma: float) -> Iterator[TaskResult]:
+    """The engine's results; when every block was quarantined for non-finite results, the run
+    diverged: say so (a FloatingPointError that suggests a smaller step)."""
+    try:
+        yield from engine.results()
+    except EngineError as exc:
+        if engine.core.invalid and engine.core.live_blocks == 0:
+            raise FloatingPointError(
+                f"every block returned non-finite gradients: the run diverged; the step {gamma:g} "
+                "is too large for this data; try a smaller --step"
+            ) from exc
+        raise
+
+
+def run_updates(
+    engine: Any,
+    rule: Any,
+    current: Current,
+    messages: Messages,
+    recorder: Recorder,
+    *,
+    gamma: float,
+    updates: int,
+    limits: Limits,
+    checkpoint: Callable[[int], None],
+    on_update: Callable[[int, float], None] | None = None,
+) -> LoopEnd:
+    """Apply accepted results until a limit, the target or ``limits.stop`` ends the run.
+
+    ``checkpoint(updates)`` is called when the recorder says one is due; ``on_update(updates,
+    seconds)`` after every update (a progress bar).
+    """
+    family = messages.family
+    guard = _DivergenceGuard(gamma)
+    stopped_by = "max_updates"
+    for result in _results(engine, gamma):
+        msg = messages.accept(result, engine.live_blocks)
+        if msg is None:
+            continue
+        guard.check(family.signal(msg), updates + 1)
+        theta, state = rule.update(msg, current.state, current.theta)
+        guard.check_finite(theta, updates + 1)
+        current.theta, current.state = theta, state
+        engine.publish(theta)
+        updates += 1
+        now = engine.elapsed()
+        block = None if messages.synchronous else result.block
+        recorder.update(now, engine.version, msg.staleness, block, family.iterate(theta, state))
+        if on_update is not None:
+            on_update(updates, now)
+        if recorder.checkpoint_due(updates, now):
+            checkpoint(updates)
+        if limits.max_updates is not None and updates >= limits.max_updates:
+            stopped_by = "max_updates"
+            break
+        if limits.time_budget is not None and now >= limits.time_budget:
+            stopped_by = "time_budget"
+            break
+        if recorder.target_reached():
+            stopped_by = "target_objective"
+            break
+        if limits.stop is not None and limits.stop.is_set():
+            stopped_by = "interrupted"
+            break
+    return LoopEnd(updates, stopped_by, engine.elapsed())

@@ -1,0 +1,306 @@
+r"""The linear methods: one table, each row a family of update (what a worker computes, how the
+driver makes a message and combines a round, the pure rule from :mod:`async_spark.optim`) and
+whether it waits for whole rounds.
+
+========  ==========  =========  ===============================================================
+method    family      rounds     update
+========  ==========  =========  ===============================================================
+sgd       sgd         sync       mini-batch SGD, :math:`\gamma/\sqrt{k+1}` per round (ASYNC)
+asgd      sgd         async      one update per result, :math:`\gamma/\sqrt{k/P+1}`
+saga      saga        sync       SAGA with one scalar of history per sample
+asaga     saga        async      ASYNC's ASAGA
+hb, ahb   hb          both       heavy ball
+ag, aag   ag          both       Nesterov's accelerated gradient
+apg,aapg  apg         both       accelerated proximal gradient (prox of the L1 term)
+========  ==========  =========  ===============================================================
+
+Setup runs once, in scikit-learn's ``_sag.py`` order: the options were validated
+(:class:`~async_spark.solvers.config.TrainConfig`), then :meth:`Family.choose_step` picks the step
+from the data (or takes ``--step``), then :meth:`Family.build_rule` builds the rule. During the
+run the loop (:mod:`.loop`) calls :meth:`Family.at_dispatch` when a task leaves and
+:meth:`Family.message` when its result is accepted; nothing in the loop depends on the method's
+name. A new method is a new :class:`Family` (or a new row of an existing one) — see
+``docs/architecture.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol
+
+import numpy as np
+
+from async_spark.data.blocks import BlockSource, DatasetDescriptor
+from async_spark.engine.core import TaskTicket
+from async_spark.engine.engine import TaskResult
+from async_spark.models.linear import LinearModel
+from async_spark.optim.saga import SAGA, SAGAMessage, combine_saga_messages, saga
+from async_spark.optim.sgd import SGDMessage, combine_sgd_messages, sgd
+from async_spark.optim.steps import auto_step, make_step_rule
+
+from .curvature import gram_max_eigenvalue
+from .momentum import MOMENTUM_RULES, MomentumLinear, momentum_step
+from .worker import LinearTask, TaskArgs
+
+__all__ = [
+    "METHODS",
+    "Dispatch",
+    "Family",
+    "Method",
+    "Problem",
+    "Setup",
+    "StepChoice",
+    "method",
+]
+
+
+class Problem(NamedTuple):
+    """What the data and the model are (read-only during a run)."""
+
+    model: LinearModel
+    source: BlockSource
+    desc: DatasetDescriptor
+
+
+class Setup(NamedTuple):
+    """The validated options a family reads to choose its step and build its rule."""
+
+    step: float | str  # a number, or "auto"
+    step_rule: str | None  # None: the family's default
+    momentum: float | None
+    momentum_damping: float
+    batch_fraction: float
+    synchronous: bool
+
+
+class StepChoice(NamedTuple):
+    """The step the run uses (``beta``: the momentum, for momentum rules) and how it was found."""
+
+    gamma: float
+    beta: float | None = None
+    info: dict[str, float] = {}
+
+
+class Dispatch(NamedTuple):
+    """What the driver knows when a task leaves."""
+
+    ticket: TaskTicket
+    args: TaskArgs  # without its extra argument yet
+    task: LinearTask
+    rule: Any
+    state: Any  # the rule's state now
+    model_of: Callable[[int], np.ndarray]  # a version's parameters, from the history store
+
+
+class Rule(Protocol):
+    def init(self, params: np.ndarray) -> Any: ...
+
+    def update(self, message: Any, state: Any, params: np.ndarray) -> tuple[np.ndarray, Any]: ...
+
+
+class Family(Protocol):
+    """What a family of methods does at each seam of a run.
+
+    ``computation`` names the worker computation (:data:`~.worker.COMPUTATIONS`). ``at_dispatch``
+    runs on the driver when a task leaves: it returns the task's extra argument (numbers and arrays
+    only) and a memo the driver keeps until the task's result comes back; ``message`` turns the
+    accepted result and that memo into the rule's message; ``combine`` joins a synchronous round's
+    messages (in block order); ``signal`` is the gradient-like part of a message whose growth means
+    divergence; ``iterate`` is the point reported as the model.
+    """
+
+    computation: str
+
+    def choose_step(self, problem: Problem, setup: Setup) -> StepChoice: ...
+
+    def build_rule(self, problem: Problem, setup: Setup, step: StepChoice) -> Rule: ...
+
+    def at_dispatch(self, dispatch: Dispatch) -> tuple[np.ndarray | None, Any]: ...
+
+    def message(self, result: TaskResult, memo: Any) -> Any: ...
+
+    def combine(self, messages: Sequence[Any]) -> Any: ...
+
+    def signal(self, message: Any) -> np.ndarray: ...
+
+    def iterate(self, params: np.ndarray, state: Any) -> np.ndarray: ...
+
+
+def _safe_step(kind: str, problem: Problem, setup: Setup) -> float:
+    """``--step`` as given, or the data's safe step for ``kind`` ("sgd" or "saga")."""
+    if setup.step != "auto":
+        return float(setup.step)
+    model, source, desc = problem
+    if setup.synchronous:
+        # A synchronous update averages b N rows: the mini-batch step (larger, still safe).
+        return auto_step(
+            kind,
+            model,
+            float(desc.max_row_norm_sq or 0.0),
+            n=desc.n,
+            batch=setup.batch_fraction * desc.n,
+            gram_max=gram_max_eigenvalue(source, desc, intercept=model.fit_intercept),
+        )
+    # Asynchronous updates are stale: the one-sample bound, without the mini-batch gain
+    # (stale updates at the mini-batch step oscillate: measured on builtin:synthetic with
+    # 8 blocks in flight, ASAGA at 2x this step went from 0.693 up to 2.4).
+    return auto_step(kind, model, float(desc.max_row_norm_sq or 0.0))
+
+
+def _step_rule(default: str, problem: Problem, setup: Setup, gamma: float) -> Any:
+    # gamma / sqrt(k/P + 1) for one result per update; a synchronous update is a whole round,
+    # so its rule is ASYNC's gamma / sqrt(k + 1).
+    num_blocks = 1 if setup.synchronous else problem.desc.num_blocks
+    return make_step_rule(setup.step_rule or default, gamma, num_blocks=num_blocks)
+
+
+class _GradientMessages:
+    """Families whose task returns a gradient sum and whose message is an SGDMessage."""
+
+    computation = "gradient"
+
+    def at_dispatch(self, dispatch: Dispatch) -> tuple[np.ndarray | None, Any]:
+        return None, None
+
+    def message(self, result: TaskResult, memo: Any) -> SGDMessage:
+        return SGDMessage(result.payload, result.staleness)
+
+    def combine(self, messages: Sequence[SGDMessage]) -> SGDMessage:
+        return combine_sgd_messages(messages)
+
+    def signal(self, message: SGDMessage) -> np.ndarray:
+        return np.asarray(message.grad_sum)
+
+    def iterate(self, params: np.ndarray, state: Any) -> np.ndarray:
+        return params
+
+
+class SGDFamily(_GradientMessages):
+    """Mini-batch SGD (:mod:`async_spark.optim.sgd`)."""
+
+    def choose_step(self, problem: Problem, setup: Setup) -> StepChoice:
+        return StepChoice(_safe_step("sgd", problem, setup))
+
+    def build_rule(self, problem: Problem, setup: Setup, step: StepChoice) -> Rule:
+        desc = problem.desc
+        return sgd(
+            problem.model,
+            n=desc.n,
+            num_blocks=desc.num_blocks,
+            batch_fraction=setup.batch_fraction,
+            step=_step_rule("sqrt", problem, setup, step.gamma),
+        )
+
+
+class _SAGAMemo(NamedTuple):
+    rows: np.ndarray
+    old_scalars: np.ndarray
+
+
+class SAGAFamily:
+    """SAGA with the driver's table of one scalar per sample (:mod:`async_spark.optim.saga`)."""
+
+    computation = "saga"
+
+    def choose_step(self, problem: Problem, setup: Setup) -> StepChoice:
+        return StepChoice(_safe_step("saga", problem, setup))
+
+    def build_rule(self, problem: Problem, setup: Setup, step: StepChoice) -> Rule:
+        return saga(
+            problem.model,
+            block_rows=problem.desc.rows_per_block,
+            batch_fraction=setup.batch_fraction,
+            step=_step_rule("constant", problem, setup, step.gamma),
+        )
+
+    def at_dispatch(self, dispatch: Dispatch) -> tuple[np.ndarray | None, Any]:
+        rule, block = dispatch.rule, dispatch.ticket.block
+        assert isinstance(rule, SAGA)
+        rows = dispatch.task.sample(block, dispatch.args, rule.block_rows[block])
+        old = rule.scalars_for(dispatch.state, block, rows)
+        return old, _SAGAMemo(rows, old)
+
+    def message(self, result: TaskResult, memo: _SAGAMemo) -> SAGAMessage:
+        delta, new_scalars = result.payload
+        return SAGAMessage((result.block,), (memo.rows,), delta, (new_scalars,), result.staleness)
+
+    def combine(self, messages: Sequence[SAGAMessage]) -> SAGAMessage:
+        return combine_saga_messages(messages)
+
+    def signal(self, message: SAGAMessage) -> np.ndarray:
+        return np.asarray(message.delta_sum)
+
+    def iterate(self, params: np.ndarray, state: Any) -> np.ndarray:
+        return params
+
+
+@dataclass(frozen=True)
+class MomentumFamily(_GradientMessages):
+    """HB, AG and APG on gradient sums (:mod:`.momentum`)."""
+
+    rule: str
+
+    def choose_step(self, problem: Problem, setup: Setup) -> StepChoice:
+        if setup.step == "auto":
+            alpha, beta, info = momentum_step(
+                self.rule, problem.model, problem.source, problem.desc
+            )
+        else:
+            alpha, beta, info = float(setup.step), float(setup.momentum or 0.0), {}
+        return StepChoice(alpha, beta, {**info, "alpha": alpha, "beta": beta})
+
+    def build_rule(self, problem: Problem, setup: Setup, step: StepChoice) -> Rule:
+        desc = problem.desc
+        return MomentumLinear(
+            self.rule,
+            problem.model,
+            n=desc.n,
+            num_blocks=desc.num_blocks,
+            batch_fraction=setup.batch_fraction,
+            alpha=step.gamma,
+            beta=float(step.beta or 0.0),
+            momentum_damping=setup.momentum_damping,
+        )
+
+    def iterate(self, params: np.ndarray, state: Any) -> np.ndarray:
+        return MomentumLinear.iterate(params, state)
+
+
+@dataclass(frozen=True)
+class Method:
+    """A row of the table: a family and whether the method waits for whole rounds."""
+
+    name: str
+    family: Family = field(compare=False)
+    synchronous: bool
+    momentum: bool = False  # takes --momentum / --momentum-damping
+
+    @property
+    def computation(self) -> str:
+        return self.family.computation
+
+
+def _rows() -> dict[str, Method]:
+    rows = [
+        Method("sgd", SGDFamily(), True),
+        Method("asgd", SGDFamily(), False),
+        Method("saga", SAGAFamily(), True),
+        Method("asaga", SAGAFamily(), False),
+    ]
+    for rule in MOMENTUM_RULES:
+        rows.append(Method(rule, MomentumFamily(rule), True, momentum=True))
+        rows.append(Method("a" + rule, MomentumFamily(rule), False, momentum=True))
+    return {m.name: m for m in rows}
+
+
+#: Every linear method by name.
+METHODS: dict[str, Method] = _rows()
+
+
+def method(name: str) -> Method:
+    """The row of ``name`` (a ValueError naming the choices otherwise)."""
+    try:
+        return METHODS[name]
+    except KeyError:
+        raise ValueError(f"method must be one of {', '.join(METHODS)}, got {name!r}") from None

@@ -1,0 +1,224 @@
+"""What a run records: the trace, snapshots of the model, the off-clock evaluation, checkpoints.
+
+The loop (:mod:`.loop`) tells a :class:`Recorder` about every update; the recorder appends one
+trace record, takes a snapshot of the model every ``eval_every`` seconds of training, hands it to
+a side evaluator when the run must stop at a target objective, and says when a checkpoint is due.
+After training, :meth:`Recorder.finish` evaluates every snapshot in one Spark job (measuring never
+slows the run it measures) and writes the objectives into the trace.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .evaluate import Evaluator
+
+__all__ = ["Recorder", "RunRecord", "SnapshotEvaluator"]
+
+MAX_SNAPSHOTS = 400  # snapshots kept in memory for evaluation (decimated beyond)
+
+
+class SnapshotEvaluator:
+    """Evaluates snapshots in a side thread to stop at a target objective (newest first)."""
+
+    def __init__(self, evaluator: Evaluator, target: float) -> None:
+        self.evaluator = evaluator
+        self.target = target
+        self.reached = threading.Event()
+        self.values: dict[int, float] = {}
+        self._queue: queue.Queue[tuple[int, np.ndarray] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="async-spark-eval", daemon=True)
+        self.error: BaseException | None = None
+        self._thread.start()
+
+    def submit(self, index: int, theta: np.ndarray) -> None:
+        self._queue.put((index, theta))
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            # Evaluate only the newest snapshot waiting: older ones are done after training.
+            while True:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    return
+                item = nxt
+            index, theta = item
+            try:
+                value = float(self.evaluator.objectives(theta[None, :])[0])
+            except BaseException as exc:  # noqa: BLE001 - reported by the training loop
+                self.error = exc
+                self.reached.set()
+                return
+            self.values[index] = value
+            if value <= self.target:
+                self.reached.set()
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout=600)
+
+
+@dataclass
+class RunRecord:
+    """What the recording of a finished run holds."""
+
+    trace: list[dict[str, Any]]
+    snapshots: list[tuple[float, int, float]]  # (seconds, version, objective)
+    final_objective: float
+    time_to_target: float | None
+
+
+class Recorder:
+    """The trace, the snapshots and the checkpoint cadence of one run.
+
+    Parameters
+    ----------
+    evaluator : Evaluator
+        Computes objectives of snapshots (after training; during it too with a target).
+    eval_every : float
+        Seconds of training between snapshots.
+    target_objective : float, optional
+        Evaluate snapshots as they are taken, in a side thread, so the run can stop there.
+    checkpoint_every, checkpoint_seconds : optional
+        A checkpoint is due every so many updates, or seconds of training.
+    trace, snapshots : optional
+        A resumed run's records so far.
+    """
+
+    def __init__(
+        self,
+        evaluator: Evaluator,
+        *,
+        eval_every: float,
+        initial_theta: np.ndarray,
+        target_objective: float | None = None,
+        checkpoint_every: int | None = None,
+        checkpoint_seconds: float | None = None,
+        trace: list[dict[str, Any]] | None = None,
+        snapshots: list[tuple[float, int, np.ndarray]] | None = None,
+        now: float = 0.0,
+    ) -> None:
+        self.evaluator = evaluator
+        self.target = target_objective
+        self.trace: list[dict[str, Any]] = [] if trace is None else list(trace)
+        self.snapshots: list[tuple[float, int, np.ndarray]] = (
+            [(0.0, 0, np.array(initial_theta))] if snapshots is None else list(snapshots)
+        )
+        self.eval_every = eval_every
+        self.next_snapshot = (self.snapshots[-1][0] if self.snapshots else 0.0) + eval_every
+        self.checkpoint_every = checkpoint_every
+        self.checkpoint_seconds = checkpoint_seconds
+        self.last_checkpoint = now
+        self.side = (
+            SnapshotEvaluator(evaluator, float(target_objective))
+            if target_objective is not None
+            else None
+        )
+
+    @property
+    def checkpoints(self) -> bool:
+        return self.checkpoint_every is not None or self.checkpoint_seconds is not None
+
+    def update(
+        self, now: float, version: int, staleness: int, block: int | None, model: np.ndarray
+    ) -> None:
+        """One applied update; ``model`` is the iterate to snapshot when one is due."""
+        self.trace.append(
+            {
+                "seconds": round(now, 6),
+                "version": version,
+                "staleness": int(staleness),
+                "block": block,
+                "objective": None,
+            }
+        )
+        if now < self.next_snapshot:
+            return
+        self.snapshots.append((now, version, np.array(model)))
+        if self.side is not None:
+            self.side.submit(len(self.snapshots) - 1, self.snapshots[-1][2])
+        elif len(self.snapshots) > MAX_SNAPSHOTS:
+            # A long run keeps bounded memory: every other snapshot goes, and they are taken
+            # half as often from now on (the first and last are kept).
+            self.snapshots = self.snapshots[:-1:2] + self.snapshots[-1:]
+            self.eval_every *= 2
+        self.next_snapshot = now + self.eval_every
+
+    def checkpoint_due(self, updates: int, now: float) -> bool:
+        due = (self.checkpoint_every is not None and updates % self.checkpoint_every == 0) or (
+            self.checkpoint_seconds is not None
+            and now - self.last_checkpoint >= self.checkpoint_seconds
+        )
+        if due:
+            self.last_checkpoint = now
+        return due
+
+    def target_reached(self) -> bool:
+        """Whether the side evaluator saw the target (re-raises its error)."""
+        if self.side is None or not self.side.reached.is_set():
+            return False
+        if self.side.error is not None:
+            raise self.side.error
+        return True
+
+    def close(self) -> None:
+        if self.side is not None:
+            self.side.close()
+
+    def rejected(self, trajectory: list[tuple[float, int, int, int, bool, str]]) -> None:
+        """Rejected results (staleness bound) join the trace, marked as such."""
+        for seconds, version, staleness, block, accepted, _ in trajectory:
+            if not accepted:
+                self.trace.append(
+                    {
+                        "seconds": round(seconds, 6),
+                        "version": version,
+                        "staleness": staleness,
+                        "block": block,
+                        "objective": None,
+                        "accepted": False,
+                    }
+                )
+
+    def finish(self, wall: float, version: int, model: np.ndarray) -> RunRecord:
+        """Off the clock: the last snapshot, every objective in one job, the trace completed."""
+        snapshots = self.snapshots
+        if not snapshots or snapshots[-1][1] != version:
+            snapshots.append((wall, version, np.array(model)))
+        values = {} if self.side is None else dict(self.side.values)
+        todo = [i for i in range(len(snapshots)) if i not in values]
+        if todo:
+            objs = self.evaluator.objectives(np.stack([snapshots[i][2] for i in todo]))
+            values.update(zip(todo, (float(v) for v in objs), strict=True))
+        by_version = {snapshots[i][1]: values[i] for i in range(len(snapshots))}
+        trace = self.trace
+        for rec in trace:
+            if rec.get("accepted", True) and rec["version"] in by_version:
+                rec["objective"] = by_version[rec["version"]]
+        trace.sort(key=lambda r: (r["seconds"], r["version"]))
+        trace.insert(
+            0,
+            {"seconds": 0.0, "version": 0, "staleness": 0, "block": None, "objective": values[0]},
+        )
+        time_to_target = None
+        if self.target is not None:
+            time_to_target = next(
+                (s for i, (s, _, _) in enumerate(snapshots) if values[i] <= self.target), None
+            )
+        return RunRecord(
+            trace=trace,
+            snapshots=[(s, v, values[i]) for i, (s, v, _) in enumerate(snapshots)],
+            final_objective=values[len(snapshots) - 1],
+            time_to_target=time_to_target,
+        )

@@ -1,0 +1,175 @@
+r"""What a linear method computes on a block: the worker side of every method (runs on executors).
+
+A task on block ``p`` draws a Bernoulli(b) sample ``S`` of its rows, reproducible from
+``(seed, p, task_seq)`` by :func:`sample_rows` on the driver as on the worker, and returns one of
+
+- :func:`gradient_sum` — :math:`\sum_{i\in S}\nabla f_i(\theta)` (SGD, the momentum methods,
+  DC-ASGD);
+- :func:`saga_delta` — :math:`\big(\sum_{i\in S}(\nabla f_i(\theta) - r_i\otimes\tilde x_i),\;
+  \phi_S(\theta)\big)` given the table's old scalars :math:`r_S` (SAGA, with one scalar per sample;
+  see :mod:`async_spark.optim.saga`).
+
+:class:`LinearTask` is the task function the engine ships: a frozen value holding plain values
+only (the dataset's :class:`~async_spark.data.blocks.BlockSource`, the model and which computation
+to run). The block is found in the worker's cache (:func:`~async_spark.data.blocks.get_block`),
+never shipped. Per-task arguments (:class:`TaskArgs`) are numbers and arrays, so any transport can
+carry them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from async_spark.data.blocks import Block, BlockSource, get_block
+from async_spark.models.linear import (
+    LinearModel,
+    block_gradient_sum,
+    block_loss_sum,
+    gradient_from_scalars,
+    sample_scalars,
+)
+from async_spark.optim._validate import check_fraction
+
+__all__ = [
+    "COMPUTATIONS",
+    "LinearTask",
+    "TaskArgs",
+    "gradient_sum",
+    "sample_rows",
+    "saga_delta",
+    "snapshot_losses",
+]
+
+
+def sample_rows(
+    seed: int, block_index: int, task_seq: int, rows: int, fraction: float
+) -> np.ndarray:
+    """The Bernoulli(``fraction``) sample of a task: sorted local row indices in ``[0, rows)``.
+
+    Deterministic in ``(seed, block_index, task_seq)`` (numpy ``default_rng`` seeded with that
+    triple), so the driver and the worker draw the same sample. Drawn as a Binomial size and a
+    uniform subset of that size (the same law as independent coin flips, in O(sample) time).
+    ``fraction == 1`` returns every row.
+    """
+    for name, v in (
+        ("seed", seed),
+        ("block_index", block_index),
+        ("task_seq", task_seq),
+        ("rows", rows),
+    ):
+        if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 0:
+            raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
+    b = check_fraction(fraction)
+    if b == 1.0:
+        return np.arange(rows, dtype=np.int64)
+    rng = np.random.default_rng([int(seed), int(block_index), int(task_seq)])
+    k = int(rng.binomial(rows, b))
+    idx = rng.choice(rows, size=k, replace=False).astype(np.int64)
+    idx.sort()
+    return idx
+
+
+def gradient_sum(
+    model: LinearModel, block: Block, theta: np.ndarray, sample_idx: np.ndarray, extra: Any
+) -> np.ndarray:
+    r""":math:`\sum_{i \in S}\nabla f_i(\theta)` over local rows ``sample_idx`` (flat, data part
+    only; the penalty is the driver's)."""
+    return block_gradient_sum(model, block, theta, sample_idx)
+
+
+def saga_delta(
+    model: LinearModel,
+    block: Block,
+    theta: np.ndarray,
+    sample_idx: np.ndarray,
+    old_scalars: Any,
+) -> tuple[np.ndarray, np.ndarray]:
+    r"""SAGA on local rows ``sample_idx`` given their old scalars :math:`r_S`.
+
+    Returns
+    -------
+    delta_sum : ndarray (num_params,)
+        :math:`\sum_{i\in S}(\nabla f_i(\theta) - r_i\otimes\tilde x_i)`.
+    new_scalars : ndarray (|S|,) or (|S|, K)
+        :math:`\phi_i(\theta)`, the scalars to store for these rows.
+    """
+    idx = np.asarray(sample_idx, dtype=np.int64)
+    old = np.asarray(old_scalars, dtype=np.float64)
+    if old.shape != (idx.size, *model.scalar_shape):
+        raise ValueError(
+            f"old_scalars must have shape {(idx.size, *model.scalar_shape)}, got {old.shape}"
+        )
+    if idx.size == 0:
+        return np.zeros(model.num_params), old.copy()
+    new = sample_scalars(model, block, theta, idx)
+    # One product with the difference: sum (phi_new - r_old) x_i.
+    return gradient_from_scalars(model, block, new - old, idx), new
+
+
+Computation = Callable[[LinearModel, Block, np.ndarray, np.ndarray, Any], Any]
+
+#: The worker computations by name (a method's row names one; the name travels, not the code).
+COMPUTATIONS: dict[str, Computation] = {"gradient": gradient_sum, "saga": saga_delta}
+
+
+class TaskArgs(NamedTuple):
+    """Per-task arguments chosen on the driver at dispatch (numbers and arrays only)."""
+
+    block_task: int  # the sample of this task is drawn from (seed, block, block_task)
+    batch_fraction: float
+    extra: np.ndarray | None = None  # SAGA: the table's old scalars of the sampled rows
+
+
+@dataclass(frozen=True)
+class LinearTask:
+    """The task function of a linear run: ``task(block, theta, args) -> payload``.
+
+    Plain values only (it travels to every executor); ``computation`` names an entry of
+    :data:`COMPUTATIONS`.
+    """
+
+    source: BlockSource
+    model: LinearModel
+    seed: int
+    computation: str = "gradient"
+
+    def __post_init__(self) -> None:
+        if self.computation not in COMPUTATIONS:
+            raise ValueError(
+                f"computation must be one of {', '.join(COMPUTATIONS)}, got {self.computation!r}"
+            )
+
+    def sample(self, block_index: int, args: TaskArgs, rows: int) -> np.ndarray:
+        return sample_rows(self.seed, block_index, args.block_task, rows, args.batch_fraction)
+
+    def __call__(self, block_index: int, theta: np.ndarray, args: TaskArgs) -> Any:
+        block = get_block(self.source, block_index)
+        idx = self.sample(block_index, args, block.rows)
+        return COMPUTATIONS[self.computation](self.model, block, theta, idx, args.extra)
+
+    def work(self, block_index: int, args: Any) -> float | None:
+        """Nonzeros this task touches: those of its sampled rows (dense: rows x d); for the
+        emulator's cost model."""
+        if not isinstance(args, TaskArgs):
+            return None
+        block = get_block(self.source, block_index)
+        idx = self.sample(block_index, args, block.rows)
+        X = block.X
+        if hasattr(X, "indptr"):
+            indptr = np.asarray(X.indptr)
+            return float(np.sum(indptr[idx + 1] - indptr[idx]))
+        return float(idx.size * X.shape[1])
+
+
+def snapshot_losses(
+    source: BlockSource, model: LinearModel, thetas: np.ndarray, blocks: Iterable[int]
+) -> Iterator[tuple[np.ndarray, int]]:
+    """For each block: the loss sums of every snapshot in ``thetas`` (K, p), and its row count."""
+    for b in blocks:
+        block = get_block(source, b)
+        sums = np.array([block_loss_sum(model, block, theta) for theta in thetas])
+        yield sums, block.rows
