@@ -32,8 +32,8 @@ MODULES = [
     ("async_spark.engine", "the ASYNC engine on PySpark"),
     ("async_spark.solvers", "the training loop joining a rule, a model and the engine"),
     ("async_spark.ml", "pyspark.ml Estimators and Models"),
-    ("async_spark.plots", "figures of training runs (async-spark plot)"),
     ("async_spark.reporting", "progress bar and optional MLflow tracking of runs"),
+    ("async_spark.reporting.plots", "figures of training runs (async-spark plot)"),
     ("async_spark.hylo", "HyLo natural-gradient preconditioner (PyTorch)"),
     ("async_spark.gpu", "the Spark side of HyLo: barrier stages on GPU executors"),
 ]

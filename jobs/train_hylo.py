@@ -15,11 +15,10 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    from async_spark.gpu.cli import add_spark_hylo_arguments, run_spark_hylo
-    from async_spark.hylo.cli_args import add_arguments
+    from async_spark.cli.hylo import add_hylo_arguments, add_spark_hylo_arguments, run_spark_hylo
 
     parser = argparse.ArgumentParser(prog="train_hylo.py", description=__doc__)
-    add_arguments(parser)
+    add_hylo_arguments(parser)
     add_spark_hylo_arguments(parser)
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     args = parser.parse_args(argv)

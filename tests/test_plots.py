@@ -1,4 +1,4 @@
-"""async_spark.plots: PNGs from real run directories (async-spark train --out) and synthetic ones."""
+"""async_spark.reporting.plots: PNGs from real run directories (async-spark train --out) and synthetic ones."""
 
 from __future__ import annotations
 
@@ -9,13 +9,12 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from async_spark.plots import (  # noqa: E402
+from async_spark.cli.plot import add_plot_arguments, run_plot  # noqa: E402
+from async_spark.reporting.plots import (  # noqa: E402
     PlotError,
-    add_plot_arguments,
     block_intervals,
     load_run,
     plot_runs,
-    run_plot,
 )
 
 

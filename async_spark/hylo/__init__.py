@@ -11,7 +11,7 @@ method", SC22.
 - :mod:`~async_spark.hylo.comm` / :mod:`~async_spark.hylo.assignment`: collectives behind a small
   interface (one process, torch.distributed) and layer-to-rank assignment by cost
 - :mod:`~async_spark.hylo.models`, :mod:`~async_spark.hylo.data`: reference models and datasets
-- :func:`async_spark.hylo.train.train` and :mod:`~async_spark.hylo.cli_args`: the training entry;
+- :func:`async_spark.hylo.train.train`: the training entry (its options: :mod:`async_spark.cli.hylo`);
   :mod:`~async_spark.hylo.epochs`: the epoch loop it shares with the Spark stage's ranks
 - :mod:`~async_spark.hylo.baselines`: ASDL's K-FAC and SMW-NGD, set up for a fair comparison
 """

@@ -34,12 +34,11 @@ figures come from the chains alone, and theory is used only to size the runs.
     cuts off the minimizers. The log-log slope of the expected suboptimality over a window
     (−1 expected for GD, −2 for AG/APG) and the noise floor it meets for σ > 0.
 
-``python -m async_spark.theory.reproduce [--quick] [--out DIR] [--seed S]`` runs it.
+``async-spark momentum [--quick] [--out DIR] [--seed S]`` runs it (:mod:`async_spark.cli.momentum`).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -64,7 +63,7 @@ from async_spark.theory.covariance import stationary_covariance
 from async_spark.theory.rates import characteristic_roots, momentum_rate
 from async_spark.theory.wasserstein import ag_lyapunov_bound, w2_gaussian
 
-__all__ = ["ReproductionConfig", "run_reproduction", "main"]
+__all__ = ["ReproductionConfig", "run_reproduction"]
 
 KAPPAS = (10, 100, 1000)
 SIGMAS = (0.0, 0.1, 1.0)
@@ -742,17 +741,3 @@ def run_reproduction(
         with open(os.path.join(out_dir, "figures.json"), "w") as fh:
             json.dump(fig, fh, indent=1)
     return fig
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
-    parser.add_argument("--out", default=None, help="directory for figures.json and PNG plots")
-    parser.add_argument("--quick", action="store_true", help="small runs (seconds)")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    run_reproduction(out_dir=args.out, quick=args.quick, seed=args.seed)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -102,11 +102,10 @@ def test_partitions_and_slots_are_checked_before_the_stage(spark):
 
 
 def test_cli_writes_the_hylo_outputs(spark, tmp_path, capsys):
-    from async_spark.gpu.cli import add_spark_hylo_arguments, run_spark_hylo
-    from async_spark.hylo.cli_args import add_arguments
+    from async_spark.cli.hylo import add_hylo_arguments, add_spark_hylo_arguments, run_spark_hylo
 
     parser = argparse.ArgumentParser()
-    add_arguments(parser)
+    add_hylo_arguments(parser)
     add_spark_hylo_arguments(parser)
     args = parser.parse_args(
         "--model cnn1d --data synthetic --n-train 64 --n-test 16 --epochs 1 --batch-size 16 "

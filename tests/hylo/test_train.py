@@ -9,8 +9,8 @@ import time
 import pytest
 import torch
 
+from async_spark.cli.hylo import add_hylo_arguments, config_from_args
 from async_spark.hylo import HyLo
-from async_spark.hylo.cli_args import add_arguments, config_from_args
 from async_spark.hylo.data import load_dataset
 from async_spark.hylo.epochs import AccuracyLog, epoch_parts, run_epoch_in_parts
 from async_spark.hylo.models import CNN1D, UNet, build_model, resnet32, resnet50_layer_shapes
@@ -272,7 +272,7 @@ def test_train_bad_config(kwargs, match):
 
 
 def test_cli_arguments_round_trip():
-    parser = add_arguments(argparse.ArgumentParser())
+    parser = add_hylo_arguments(argparse.ArgumentParser())
     args = parser.parse_args(
         "--model resnet32 --data synthetic --optimizer kid --epochs 3 --batch-size 64 "
         "--lr 0.2 --workers 2 --kid-epochs 0-2,5-6 --lr-decay-epochs 2 --fisher-window 4 --width 24 --evals-per-epoch 2".split()

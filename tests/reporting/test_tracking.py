@@ -256,7 +256,7 @@ def test_out_dir_artifacts_are_the_run_files_only(spark, store, tmp_path):
 def test_interrupted_hylo_run_is_killed_with_its_finished_epochs(store, monkeypatch, tmp_path):
     import json
 
-    import async_spark.cli as cli
+    import async_spark.cli.hylo as hylo_cli
 
     out = tmp_path / "hylo"
 
@@ -266,7 +266,7 @@ def test_interrupted_hylo_run_is_killed_with_its_finished_epochs(store, monkeypa
         (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "_train_hylo", interrupted)
+    monkeypatch.setattr(hylo_cli, "train_hylo", interrupted)
     assert main(["hylo", "--optimizer", "sgd", "--out", str(out), "--mlflow"]) == 130
     (run,) = _runs(store)
     assert run.info.status == "KILLED" and run.data.params["optimizer"] == "sgd"
@@ -278,7 +278,7 @@ def test_interrupted_hylo_run_is_killed_with_its_finished_epochs(store, monkeypa
 def test_hylo_times_to_accuracy_are_logged_when_reached(store, monkeypatch, tmp_path):
     import json
 
-    import async_spark.cli as cli
+    import async_spark.cli.hylo as hylo_cli
 
     out = tmp_path / "hylo"
 
@@ -292,7 +292,7 @@ def test_hylo_times_to_accuracy_are_logged_when_reached(store, monkeypatch, tmp_
         (out / "summary.json").write_text(json.dumps(summary))
         return 0
 
-    monkeypatch.setattr(cli, "_train_hylo", trained)
+    monkeypatch.setattr(hylo_cli, "train_hylo", trained)
     assert main(["hylo", "--optimizer", "sgd", "--out", str(out), "--mlflow"]) == 0
     (run,) = _runs(store)
     metrics = run.data.metrics

@@ -1,4 +1,4 @@
-"""Figures of training runs: ``async-spark plot RUN_DIR [RUN_DIR ...] [--out FILE.png]``.
+"""Figures of training runs (the drawing behind ``async-spark plot``, :mod:`async_spark.cli.plot`).
 
 A run directory is what ``async-spark train --out DIR`` writes (:func:`async_spark.solvers.write_run`):
 ``summary.json`` (method, updates, wall seconds, staleness histogram, ...) and ``trace.jsonl`` (one
@@ -20,7 +20,6 @@ Matplotlib runs with the Agg backend (no display needed). The benchmarks can cal
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -32,12 +31,10 @@ from typing import Any
 __all__ = [
     "PlotError",
     "Run",
-    "add_plot_arguments",
     "block_intervals",
     "draw_runs",
     "load_run",
     "plot_runs",
-    "run_plot",
 ]
 
 
@@ -294,28 +291,3 @@ def plot_runs(
         if tmp.exists():
             tmp.unlink()
     return out
-
-
-def add_plot_arguments(p: argparse.ArgumentParser) -> None:
-    """The options of ``async-spark plot``."""
-    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="folders from train --out")
-    p.add_argument(
-        "--out",
-        default=None,
-        help="PNG to write (default: runs.png in the first RUN_DIR's parent folder)",
-    )
-    p.add_argument(
-        "--label", action="append", default=None, help="legend label per RUN_DIR (repeatable)"
-    )
-    p.add_argument("--title", default=None, help="figure title")
-    p.add_argument("--debug", action="store_true", help="show tracebacks")
-
-
-def run_plot(args: argparse.Namespace) -> int:
-    """``async-spark plot``: write the PNG and print its path."""
-    out = args.out
-    if out is None:
-        out = str(Path(args.run_dirs[0]).resolve().parent / "runs.png")
-    path = plot_runs(args.run_dirs, out, labels=args.label, title=args.title)
-    print(path)
-    return 0

@@ -1,7 +1,8 @@
 """``async-spark train``: its arguments, the run of each method, the table of results.
 
-Shared with ``async-spark emulate`` (:mod:`async_spark.emulate_cli`), which takes the same
-training flags and prints the same table; :mod:`async_spark.cli` registers both.
+``async-spark emulate`` (:mod:`async_spark.cli.emulate`) takes the same training flags
+(:func:`add_train_arguments`), builds its configurations with :func:`train_configs` and prints
+the same table with :func:`print_results`.
 """
 
 from __future__ import annotations
@@ -15,44 +16,16 @@ import threading
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_spark_arguments", "add_train_arguments", "run_train"]
+from async_spark.cli._common import (
+    add_spark_arguments,
+    parse_float,
+    parse_int,
+    parse_step,
+    spark_session,
+)
+from async_spark.cli.tracking import finish, open_runs
 
-
-def _optional_int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-
-
-def _float(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-
-
-def _step(text: str) -> float | str:
-    if text == "auto":
-        return text
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number or 'auto', got {text!r}") from None
-
-
-def add_spark_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--master", default=None, help="Spark master URL (default: spark-submit's, else local[*])"
-    )
-    p.add_argument(
-        "--conf",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="Spark configuration (repeatable)",
-    )
-    p.add_argument("--debug", action="store_true", help="show tracebacks")
+__all__ = ["add_train_arguments", "print_results", "run_train", "train_configs"]
 
 
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
@@ -64,7 +37,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--format", default="auto", help="libsvm | parquet | auto")
     p.add_argument(
-        "--num-features", type=_optional_int, default=None, help="d (LIBSVM: inferred when omitted)"
+        "--num-features", type=parse_int, default=None, help="d (LIBSVM: inferred when omitted)"
     )
     p.add_argument("--standardize", action="store_true", help="scale columns to unit variance")
     p.add_argument("--loss", default="logistic", help="logistic | squares | softmax")
@@ -75,53 +48,61 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         "(e.g. asaga,saga) to run side by side",
     )
     p.add_argument(
-        "--momentum", type=_float, default=None, help="beta for hb/ag/apg with an explicit --step"
+        "--momentum",
+        type=parse_float,
+        default=None,
+        help="beta for hb/ag/apg with an explicit --step",
     )
     p.add_argument(
         "--momentum-damping",
-        type=_float,
+        type=parse_float,
         default=0.0,
         help="c >= 0: asynchronous momentum uses beta / (1 + c * staleness)",
     )
-    p.add_argument("--l2", type=_float, default=1e-4)
-    p.add_argument("--l1", type=_float, default=0.0)
-    p.add_argument("--step", type=_step, default="auto", help="step size, or 'auto' from the data")
+    p.add_argument("--l2", type=parse_float, default=1e-4)
+    p.add_argument("--l1", type=parse_float, default=0.0)
+    p.add_argument(
+        "--step", type=parse_step, default="auto", help="step size, or 'auto' from the data"
+    )
     p.add_argument(
         "--step-rule",
         default=None,
         help="constant | sqrt | staleness (default: sqrt for SGD, constant for SAGA)",
     )
     p.add_argument(
-        "--batch-fraction", type=_float, default=0.1, help="b: fraction of its block a task samples"
+        "--batch-fraction",
+        type=parse_float,
+        default=0.1,
+        help="b: fraction of its block a task samples",
     )
-    p.add_argument("--partitions", type=_optional_int, default=8, help="P: number of blocks")
+    p.add_argument("--partitions", type=parse_int, default=8, help="P: number of blocks")
     p.add_argument(
-        "--beta", type=_float, default=None, help="partial barrier in (0, 1] (async methods)"
+        "--beta", type=parse_float, default=None, help="partial barrier in (0, 1] (async methods)"
     )
     p.add_argument(
-        "--tau", type=_optional_int, default=None, help="staleness bound >= 0 (async methods)"
+        "--tau", type=parse_int, default=None, help="staleness bound >= 0 (async methods)"
     )
-    p.add_argument("--ssp", type=_optional_int, default=None, help="SSP slack >= 0 (async methods)")
+    p.add_argument("--ssp", type=parse_int, default=None, help="SSP slack >= 0 (async methods)")
     p.add_argument(
         "--stragglers", default="none", help="none | intensity:C | cloud | slow-executor:F"
     )
     p.add_argument(
         "--straggler-base",
-        type=_float,
+        type=parse_float,
         default=None,
         help="seconds that straggler delays are multiples of (default: median task time of a warm-up)",
     )
-    p.add_argument("--seed", type=_optional_int, default=0)
-    p.add_argument("--max-updates", type=_optional_int, default=None)
+    p.add_argument("--seed", type=parse_int, default=0)
+    p.add_argument("--max-updates", type=parse_int, default=None)
     p.add_argument(
         "--time-budget",
-        type=_float,
+        type=parse_float,
         default=None,
         help="seconds of training (default 20 when no other stop)",
     )
-    p.add_argument("--target-objective", type=_float, default=None)
+    p.add_argument("--target-objective", type=parse_float, default=None)
     p.add_argument(
-        "--eval-every", type=_float, default=1.0, help="seconds between objective snapshots"
+        "--eval-every", type=parse_float, default=1.0, help="seconds between objective snapshots"
     )
     p.add_argument(
         "--publisher", default="broadcast", help="broadcast | inline: how model versions travel"
@@ -130,12 +111,12 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         "--out", default=None, help="output folder: summary.json, trace.jsonl, model.npz"
     )
     p.add_argument(
-        "--checkpoint-every", type=_optional_int, default=None, help="updates between checkpoints"
+        "--checkpoint-every", type=parse_int, default=None, help="updates between checkpoints"
     )
     p.add_argument(
-        "--checkpoint-seconds", type=_float, default=None, help="seconds between checkpoints"
+        "--checkpoint-seconds", type=parse_float, default=None, help="seconds between checkpoints"
     )
-    p.add_argument("--keep-checkpoints", type=_optional_int, default=3)
+    p.add_argument("--keep-checkpoints", type=parse_int, default=3)
     p.add_argument(
         "--resume",
         default=None,
@@ -146,14 +127,16 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     add_spark_arguments(p)
 
 
-def _methods(text: str) -> list[str]:
+def method_names(text: str) -> list[str]:
+    """The methods of ``--method`` (a comma list), in order."""
     return [m.strip() for m in text.split(",") if m.strip()]
 
 
-def _train_configs(args: argparse.Namespace) -> list[Any]:
+def train_configs(args: argparse.Namespace) -> list[Any]:
+    """One validated ``TrainConfig`` per ``--method`` (each in ``--out/METHOD`` when several)."""
     from async_spark.solvers.config import MOMENTUM_METHODS, SYNC_METHODS, TrainConfig
 
-    methods = _methods(args.method)
+    methods = method_names(args.method)
     if not methods:
         raise ValueError("--method must name at least one of sgd, asgd, saga, asaga")
     configs = []
@@ -235,7 +218,6 @@ def _install_stop_handlers(stop: threading.Event, received: list[int]) -> dict[A
 
 def run_train(args: argparse.Namespace) -> int:
     """Open the data once, then run each method on the same session and blocks."""
-    from async_spark.engine.session import build_session
     from async_spark.solvers.linear import train_linear
     from async_spark.solvers.outputs import write_run
 
@@ -244,9 +226,8 @@ def run_train(args: argparse.Namespace) -> int:
         cfg, resume = _resume_config(args)
         configs = [cfg]
     else:
-        configs = _train_configs(args)
+        configs = train_configs(args)
     from async_spark.solvers.tracking import log_linear_result
-    from async_spark.tracking_cli import finish, open_runs
 
     # MLflow runs are opened first: a missing package or server fails before any data is read.
     tracked = open_runs(
@@ -265,13 +246,9 @@ def run_train(args: argparse.Namespace) -> int:
             from async_spark.solvers.linear import build_model
 
             check_compatible(resume, dataset[1], build_model(first, dataset[1]).num_params)
-        from pyspark.sql import SparkSession
-
-        owned = SparkSession.getActiveSession() is None  # a notebook's or test's session stays
         previous = _install_stop_handlers(stop, received)
         try:
-            spark = build_session(args.master, app_name="async-spark train", conf=args.conf)
-            try:
+            with spark_session(args.master, "async-spark train", args.conf) as spark:
                 for cfg, run in zip(configs, tracked, strict=True):
                     if stop.is_set():
                         break
@@ -288,9 +265,6 @@ def run_train(args: argparse.Namespace) -> int:
                         "KILLED" if result.stopped_by == "interrupted" else "FINISHED",
                     )
                 status = "KILLED"  # runs never started (stopped by a signal)
-            finally:
-                if owned:
-                    spark.stop()
         finally:
             for sig, old in previous.items():
                 signal.signal(sig, old)
@@ -301,12 +275,17 @@ def run_train(args: argparse.Namespace) -> int:
         for run in tracked:
             if run is not None and not run.ended:
                 finish(run, None, status)
-    _print_table(rows)
-    if len(results) == 2:
-        _print_common_target(*results)
+    print_results(rows, results)
     if received:
         return 128 + received[0]  # 130 for SIGINT, 143 for SIGTERM
     return 0
+
+
+def print_results(rows: list[dict[str, Any]], results: list[Any]) -> None:
+    """The table of ``rows`` (the runs' summaries) and, for two runs, their common target."""
+    _print_table(rows)
+    if len(results) == 2:
+        _print_common_target(*results)
 
 
 def _print_common_target(a: Any, b: Any) -> None:

@@ -4,11 +4,6 @@ The flags of ``async-spark train`` plus ``--workers P`` and the cost model; the 
 (``summary.json``, ``trace.jsonl`` in virtual seconds, ``model.npz``) with an ``emulator`` section
 in ``summary.json``. ``--calibrate`` measures the cost model on the real Spark engine of this
 machine instead and writes it to ``--out`` (a JSON file). See :mod:`async_spark.engine.emulator`.
-
-Register it in :mod:`async_spark.cli` with::
-
-    add_emulate_arguments(sub.add_parser("emulate", help="..."))
-    handlers["emulate"] = run_emulate
 """
 
 from __future__ import annotations
@@ -20,7 +15,8 @@ import sys
 from pathlib import Path
 from typing import IO, Any
 
-from async_spark.train_cli import _float, _optional_int, add_train_arguments
+from async_spark.cli._common import parse_float, parse_int, spark_session
+from async_spark.cli.train import add_train_arguments, method_names, print_results, train_configs
 
 __all__ = ["add_emulate_arguments", "cost_model_from_args", "run_emulate"]
 
@@ -46,7 +42,7 @@ def add_emulate_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("emulator")
     g.add_argument(
         "--workers",
-        type=_optional_int,
+        type=parse_int,
         default=None,
         help="P: emulated workers, one block and one core each (e.g. 32, 256, 1024); sets "
         "--partitions",
@@ -58,18 +54,20 @@ def add_emulate_arguments(p: argparse.ArgumentParser) -> None:
         help="JSON cost model (from --calibrate); default: measured in-process compute, no overhead",
     )
     g.add_argument(
-        "--task-overhead", type=_float, default=None, help="seconds of fixed cost per task"
+        "--task-overhead", type=parse_float, default=None, help="seconds of fixed cost per task"
     )
     g.add_argument(
         "--bandwidth",
-        type=_float,
+        type=parse_float,
         default=None,
         help="bytes per second for model and results (e.g. 1.25e9 = 10 Gbit/s; default infinite)",
     )
-    g.add_argument("--latency", type=_float, default=None, help="one-way message latency, seconds")
+    g.add_argument(
+        "--latency", type=parse_float, default=None, help="one-way message latency, seconds"
+    )
     g.add_argument(
         "--cores",
-        type=_optional_int,
+        type=parse_int,
         default=None,
         help="C: the workers share C cores (local[P] on a C-core machine); default: one core each",
     )
@@ -112,10 +110,7 @@ def cost_model_from_args(args: argparse.Namespace) -> Any:
 
 
 def _run_calibration(args: argparse.Namespace) -> int:
-    from pyspark.sql import SparkSession
-
     from async_spark.data.dataset import open_dataset
-    from async_spark.engine.session import build_session
     from async_spark.solvers.emulation import calibrate
 
     partitions = args.partitions or args.workers or 2
@@ -124,8 +119,7 @@ def _run_calibration(args: argparse.Namespace) -> int:
     out = args.out or DEFAULT_COST_FILE
     if Path(out).is_dir():
         raise ValueError(f"--out: with --calibrate it names a JSON file, {out!r} is a folder")
-    methods = [m.strip() for m in args.method.split(",") if m.strip()]
-    rule = "saga" if any(m in ("saga", "asaga") for m in methods) else "sgd"
+    rule = "saga" if any(m in ("saga", "asaga") for m in method_names(args.method)) else "sgd"
     source, desc = open_dataset(
         args.data,
         partitions,
@@ -134,13 +128,8 @@ def _run_calibration(args: argparse.Namespace) -> int:
         standardize=args.standardize,
         loss=args.loss,
     )
-    owned = SparkSession.getActiveSession() is None
-    spark = build_session(args.master, app_name="async-spark emulate --calibrate", conf=args.conf)
-    try:
+    with spark_session(args.master, "async-spark emulate --calibrate", args.conf) as spark:
         cost = calibrate(spark, source, desc, loss=args.loss, rule=rule, seed=args.seed, out=out)
-    finally:
-        if owned:
-            spark.stop()
     print(json.dumps(cost.to_dict(), indent=2, sort_keys=True))
     print(f"cost model written to {out}", file=sys.stderr)
     return 0
@@ -154,11 +143,9 @@ def run_emulate(args: argparse.Namespace) -> int:
     """Run each ``--method`` on ``--workers`` emulated workers (or calibrate with ``--calibrate``)."""
     if args.calibrate:
         return _run_calibration(args)
-    from async_spark.data.dataset import open_dataset
     from async_spark.solvers.emulation import virtual_engine_factory
     from async_spark.solvers.linear import train_linear
     from async_spark.solvers.outputs import atomic_write, write_run
-    from async_spark.train_cli import _print_common_target, _print_table, _train_configs
 
     if args.workers is None:
         raise ValueError("--workers is required: the number of emulated workers P (>= 1)")
@@ -174,16 +161,8 @@ def run_emulate(args: argparse.Namespace) -> int:
     if getattr(args, "resume", None) is not None:
         raise ValueError("--resume is not supported by emulate (a virtual run is cheap to redo)")
     cost = cost_model_from_args(args)
-    configs = _train_configs(args)
-    first = configs[0]
-    dataset = open_dataset(
-        first.data,
-        first.partitions,
-        format=first.format,
-        num_features=first.num_features,
-        standardize=first.standardize,
-        loss=first.loss,
-    )
+    configs = train_configs(args)
+    dataset = configs[0].open_data()
     rows = []
     results: list[Any] = []
     for cfg in configs:
@@ -197,7 +176,5 @@ def run_emulate(args: argparse.Namespace) -> int:
         rows.append(summary)
         results.append(result)
     print(f"# emulated: {args.workers} workers, times in virtual seconds; cost model: {cost}")
-    _print_table(rows)
-    if len(results) == 2:
-        _print_common_target(*results)
+    print_results(rows, results)
     return 0
