@@ -24,11 +24,20 @@ def test_writes_json_and_covers_every_cell(figures):
     assert len(cells) == 27
 
 
+# The rate is checked on its exponent, |log rho_meas - log rho| / |log rho| (the relative error of
+# 1 - rho, to first order): at kappa = 1000 rho is 0.968 for AG and 0.998 for GD, so a 5% error
+# on rho itself would admit rho >= 1 (no convergence) and AG with its momentum dropped (rho =
+# 1 - 1/kappa = 0.999, 3% from 0.968, but an exponent 31 times too small). The largest exponent
+# error of the quick run (seed 0) is 8.5% (AG, kappa = 1000, where the fit window is shortest).
+LOG_RATE_TOLERANCE = 0.12
+
+
 def test_rates_and_covariances_match_theory(figures):
     fig, _ = figures
     for r in fig["quadratic"]:
         assert r["rate_measured"] is not None, r
-        assert r["rate_rel_err"] <= 0.05, r
+        assert r["rate_measured"] < 1.0, r  # every chain contracts
+        assert r["log_rate_rel_err"] <= LOG_RATE_TOLERANCE, r
         if r["sigma"] > 0:
             assert r["cov_rel_frobenius"] <= 0.05, r
         else:
