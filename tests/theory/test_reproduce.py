@@ -28,8 +28,8 @@ def test_writes_json_and_covers_every_cell(figures):
 # 1 - rho, to first order): at kappa = 1000 rho is 0.968 for AG and 0.998 for GD, so a 5% error
 # on rho itself admits rho >= 1 (no convergence). Example: AG with (alpha, beta) chosen for a
 # kappa capped at 100 measures rho = 0.998 (sigma = 0) and 1.001 (sigma = 1) at kappa = 1000,
-# 3% from 0.968, but exponents 17 times too small or of the wrong sign. Largest exponent error of the quick
-# run (seed 0) is 8.5% (AG, kappa = 1000, where the fit window is shortest).
+# 3% from 0.968, but exponents 17 times too small or of the wrong sign. The largest exponent
+# error of the quick run (seed 0) is 8.5% (AG, kappa = 1000, where the fit window is shortest).
 LOG_RATE_TOLERANCE = 0.12
 
 
