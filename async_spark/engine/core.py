@@ -149,16 +149,16 @@ class SchedulerCore:
     ) -> None:
         policy.validate(num_blocks, max_in_flight)
         if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
-            raise PolicyError(f"max_retries must be an integer >= 0, got {max_retries!r}")
+            raise ValueError(f"max_retries must be an integer >= 0, got {max_retries!r}")
         if not backoff >= 0 or not backoff_max >= backoff:
-            raise PolicyError(
+            raise ValueError(
                 f"backoff must be >= 0 and backoff_max >= backoff, got {backoff!r}, {backoff_max!r}"
             )
         self.num_blocks = num_blocks
         self.policy = policy
         self.max_in_flight = num_blocks if max_in_flight is None else max_in_flight
         if isinstance(max_invalid, bool) or not isinstance(max_invalid, int) or max_invalid < 1:
-            raise PolicyError(f"max_invalid must be an integer >= 1, got {max_invalid!r}")
+            raise ValueError(f"max_invalid must be an integer >= 1, got {max_invalid!r}")
         self.max_invalid = max_invalid
         self.max_retries = max_retries
         self.backoff = float(backoff)
@@ -230,7 +230,7 @@ class SchedulerCore:
             now = self._clock()
             # Least recently dispatched first, so no block starves when slots are fewer than blocks.
             slowest = 0
-            if self.policy.ssp is not None and self._live_clocks:  # only SSP compares clocks
+            if self.policy.uses_clocks and self._live_clocks:
                 slowest = min(self._live_clocks)
             limit = self.policy.clock_limit(slowest)
             candidates: Iterable[int] = self._idle
@@ -280,7 +280,7 @@ class SchedulerCore:
         with self._lock:
             self.version += 1
             obsolete: list[TaskTicket] = []
-            if self.policy.staleness is None:  # nothing ever becomes obsolete
+            if not self.policy.can_obsolete:
                 return obsolete
             for block in self._by_task.values():
                 b = self._blocks[block]

@@ -31,7 +31,13 @@ __all__ = [
 
 
 class PolicyError(ValueError):
-    """A policy parameter outside its allowed range, or a policy that could never dispatch."""
+    """A policy parameter outside its allowed range, or a policy that could never dispatch.
+
+    ``field`` names the parameter ("beta", "tau", "ssp"; None for a combination)."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class BlockClocks(Protocol):
@@ -48,7 +54,9 @@ class PartialBarrier:
 
     def __post_init__(self) -> None:
         if not (isinstance(self.beta, int | float) and 0.0 < float(self.beta) <= 1.0):
-            raise PolicyError(f"beta (partial barrier) must be in (0, 1], got {self.beta!r}")
+            raise PolicyError(
+                f"beta (partial barrier) must be in (0, 1], got {self.beta!r}", "beta"
+            )
 
     def required_idle(self, live_blocks: int) -> int:
         return max(1, math.ceil(self.beta * live_blocks - 1e-12))
@@ -65,7 +73,9 @@ class StalenessBound:
 
     def __post_init__(self) -> None:
         if isinstance(self.tau, bool) or not isinstance(self.tau, int) or self.tau < 0:
-            raise PolicyError(f"tau (staleness bound) must be an integer >= 0, got {self.tau!r}")
+            raise PolicyError(
+                f"tau (staleness bound) must be an integer >= 0, got {self.tau!r}", "tau"
+            )
 
     def __str__(self) -> str:
         return f"tau:{self.tau}"
@@ -79,7 +89,7 @@ class StaleSynchronous:
 
     def __post_init__(self) -> None:
         if isinstance(self.s, bool) or not isinstance(self.s, int) or self.s < 0:
-            raise PolicyError(f"ssp slack s must be an integer >= 0, got {self.s!r}")
+            raise PolicyError(f"ssp slack s must be an integer >= 0, got {self.s!r}", "ssp")
 
     def __str__(self) -> str:
         return f"ssp:{self.s}"
@@ -137,6 +147,16 @@ class Policy:
     def synchronous(self) -> bool:
         """True for the bulk-synchronous barrier (β = 1): every round holds one version."""
         return self.barrier is not None and self.barrier.beta == 1.0
+
+    @property
+    def uses_clocks(self) -> bool:
+        """Whether dispatch compares the blocks' clocks (SSP)."""
+        return self.ssp is not None
+
+    @property
+    def can_obsolete(self) -> bool:
+        """Whether a running task can become obsolete (a staleness bound) and be cancelled."""
+        return self.staleness is not None
 
     @property
     def tau(self) -> int | None:

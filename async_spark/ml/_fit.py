@@ -175,6 +175,24 @@ def _staging_root(params: _AsyncLinearParams) -> str:
     return os.path.abspath(root)
 
 
+#: TrainConfig fields -> the Estimators' Params (the rest share their name).
+PARAM_NAMES = {
+    "step": "stepSize",
+    "l2": "regParam",
+    "l1": "regParam",
+    "batch_fraction": "batchFraction",
+    "partitions": "numPartitions",
+    "max_updates": "maxUpdates",
+    "time_budget": "timeBudget",
+    "eval_every": "evalEvery",
+    "momentum_damping": "momentumDamping",
+}
+
+
+def _param_name(field: str) -> str:
+    return PARAM_NAMES.get(field, field)
+
+
 def _train_config(params: _AsyncLinearParams, loss: str, partitions: int, data: str) -> TrainConfig:
     lam, alpha = params.getRegParam(), params.getElasticNetParam()
     method = params.getMethod()
@@ -350,8 +368,8 @@ def _fit_staged(
         config = _train_config(params, loss, P, path)
         try:
             result = train_linear(config, spark=spark, dataset=(source, desc))
-        except ConfigError as exc:  # our own checks come first; this names a CLI flag
-            raise ParamValueError(f"invalid Params: {exc}") from None
+        except ConfigError as exc:  # our own checks come first; say it in the Params' names
+            raise ParamValueError(f"invalid Params: {exc.render(_param_name)}") from None
         except FloatingPointError as exc:
             raise FloatingPointError(
                 str(exc).replace("--step", "stepSize") + " (or set stepSize=0.0 for auto)"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,35 +14,30 @@ from async_spark.engine.policies import (
     StaleSynchronous,
 )
 from async_spark.engine.stragglers import StragglerModel, parse_stragglers
+from async_spark.models.linear import LOSSES
+
+from .methods import METHODS
+from .validation import (
+    ConfigError,
+    check_choice,
+    check_finite,
+    check_fraction,
+    check_int,
+    check_number,
+    escape,
+    quote,
+)
 
 __all__ = ["LINEAR_METHODS", "MOMENTUM_METHODS", "SYNC_METHODS", "TrainConfig", "ConfigError"]
 
-LINEAR_METHODS = ("sgd", "asgd", "saga", "asaga", "hb", "ahb", "ag", "aag", "apg", "aapg")
-SYNC_METHODS = ("sgd", "saga", "hb", "ag", "apg")
-MOMENTUM_METHODS = ("hb", "ahb", "ag", "aag", "apg", "aapg")
+# Read from the method table: a new row is a new --method everywhere.
+LINEAR_METHODS = tuple(METHODS)
+SYNC_METHODS = tuple(name for name, row in METHODS.items() if row.synchronous)
+MOMENTUM_METHODS = tuple(name for name, row in METHODS.items() if row.momentum)
+ASYNC_METHODS = tuple(name for name in METHODS if name not in SYNC_METHODS)
 STEP_RULES = ("constant", "sqrt", "staleness")
-
-
-class ConfigError(ValueError):
-    """An option outside its allowed values (the message names the option)."""
-
-
-def _positive_float(name: str, value: Any, *, allow_zero: bool = False) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        v = math.nan
-    ok = math.isfinite(v) and (v >= 0 if allow_zero else v > 0)
-    if isinstance(value, bool) or not ok:
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ConfigError(f"{name} must be a finite number {bound}, got {value!r}")
-    return v
-
-
-def _int_at_least(name: str, value: Any, lo: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-        raise ConfigError(f"{name} must be an integer >= {lo}, got {value!r}")
-    return value
+FORMATS = ("auto", "libsvm", "parquet")
+PUBLISHERS = ("broadcast", "inline")
 
 
 @dataclass
@@ -84,94 +78,79 @@ class TrainConfig:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def validate(self) -> TrainConfig:
-        """Check every option (one :class:`ConfigError` naming the first bad one)."""
-        if self.method not in LINEAR_METHODS:
-            raise ConfigError(
-                f"--method must be one of {', '.join(LINEAR_METHODS)}, got {self.method!r}"
-            )
-        if self.loss not in ("logistic", "squares", "softmax"):
-            raise ConfigError(
-                f"--loss must be one of logistic, squares, softmax, got {self.loss!r}"
-            )
-        if self.format not in ("auto", "libsvm", "parquet"):
-            raise ConfigError(f"--format must be one of auto, libsvm, parquet, got {self.format!r}")
-        _positive_float("--l2", self.l2, allow_zero=True)
-        _positive_float("--l1", self.l1, allow_zero=True)
+        """Check every option once (one :class:`ConfigError` naming the first bad one)."""
+        check_choice("method", self.method, LINEAR_METHODS)
+        check_choice("loss", self.loss, LOSSES)
+        check_choice("format", self.format, FORMATS)
+        check_number("l2", self.l2, strict=False)
+        check_number("l1", self.l1, strict=False)
         if self.step != "auto":
-            self.step = _positive_float("--step", self.step)
-        if self.step_rule is not None and self.step_rule not in STEP_RULES:
-            raise ConfigError(
-                f"--step-rule must be one of {', '.join(STEP_RULES)}, got {self.step_rule!r}"
-            )
-        if self.method in MOMENTUM_METHODS:
-            if self.step != "auto" and self.momentum is None:
-                raise ConfigError("--momentum is needed with an explicit --step for hb/ag/apg")
-            if self.momentum is not None:
-                m = _positive_float("--momentum", self.momentum, allow_zero=True)
-                if m >= 1:
-                    raise ConfigError(f"--momentum must be in [0, 1), got {self.momentum!r}")
-            _positive_float("--momentum-damping", self.momentum_damping, allow_zero=True)
-        elif self.momentum is not None:
-            raise ConfigError(
-                f"--momentum applies to hb, ag, apg and their asynchronous forms, not {self.method}"
-            )
-        b = _positive_float("--batch-fraction", self.batch_fraction)
-        if b > 1:
-            raise ConfigError(f"--batch-fraction must be in (0, 1], got {self.batch_fraction!r}")
-        _int_at_least("--partitions", self.partitions, 1)
-        if self.method in SYNC_METHODS:
-            for name, value in (("--beta", self.beta), ("--tau", self.tau), ("--ssp", self.ssp)):
-                if value is not None:
-                    raise ConfigError(
-                        f"{name} applies to the asynchronous methods (asgd, asaga, ahb, aag, aapg), "
-                        f"not {self.method}"
-                    )
-        try:
-            self.policy()
-        except PolicyError as exc:
-            raise ConfigError(f"--{str(exc).split()[0].replace('_', '-')}: {exc}") from None
+            self.step = check_number("step", self.step)
+        if self.step_rule is not None:
+            check_choice("step_rule", self.step_rule, STEP_RULES)
+        self._validate_momentum()
+        check_fraction("batch_fraction", self.batch_fraction)
+        check_int("partitions", self.partitions, 1)
+        self._validate_policy()
         try:
             self.straggler_model()
         except ValueError as exc:
-            raise ConfigError(f"--stragglers: {exc}") from None
+            raise ConfigError("stragglers", f"is not valid: {escape(str(exc))}") from None
         if self.straggler_base is not None:
-            _positive_float("--straggler-base", self.straggler_base)
+            check_number("straggler_base", self.straggler_base)
         if self.max_updates is not None:
-            _int_at_least("--max-updates", self.max_updates, 1)
+            check_int("max_updates", self.max_updates, 1)
         if self.time_budget is not None:
-            _positive_float("--time-budget", self.time_budget)
+            check_number("time_budget", self.time_budget)
         if self.target_objective is not None:
-            try:
-                t = float(self.target_objective)
-            except (TypeError, ValueError):
-                t = math.nan
-            if not math.isfinite(t):
-                raise ConfigError(
-                    f"--target-objective must be a finite number, got {self.target_objective!r}"
-                )
-        _positive_float("--eval-every", self.eval_every)
-        _int_at_least("--max-retries", self.max_retries, 0)
+            check_finite("target_objective", self.target_objective)
+        check_number("eval_every", self.eval_every)
+        check_int("max_retries", self.max_retries, 0)
         if self.checkpoint_every is not None:
-            _int_at_least("--checkpoint-every", self.checkpoint_every, 1)
+            check_int("checkpoint_every", self.checkpoint_every, 1)
         if self.checkpoint_seconds is not None:
-            _positive_float("--checkpoint-seconds", self.checkpoint_seconds)
-        _int_at_least("--keep-checkpoints", self.keep_checkpoints, 1)
+            check_number("checkpoint_seconds", self.checkpoint_seconds)
+        check_int("keep_checkpoints", self.keep_checkpoints, 1)
         if (self.checkpoint_every or self.checkpoint_seconds) and self.out is None:
-            raise ConfigError("--checkpoint-every/--checkpoint-seconds need --out DIR")
-        if self.publisher not in ("broadcast", "inline"):
-            raise ConfigError(f"--publisher must be broadcast or inline, got {self.publisher!r}")
+            field = "checkpoint_every" if self.checkpoint_every else "checkpoint_seconds"
+            raise ConfigError(field, "needs {out} DIR")
+        check_choice("publisher", self.publisher, PUBLISHERS)
         if self.max_updates is None and self.time_budget is None and self.target_objective is None:
             self.time_budget = 20.0
         return self
 
-    @property
-    def synchronous(self) -> bool:
-        return self.method in SYNC_METHODS
+    def _validate_momentum(self) -> None:
+        if not METHODS[self.method].momentum:
+            if self.momentum is not None:
+                raise ConfigError(
+                    "momentum",
+                    f"applies to {', '.join(MOMENTUM_METHODS)}, not {escape(str(self.method))}",
+                )
+            return
+        if self.step != "auto" and self.momentum is None:
+            raise ConfigError("momentum", "is needed with an explicit {step} for hb/ag/apg")
+        if self.momentum is not None:
+            if check_number("momentum", self.momentum, strict=False) >= 1:
+                raise ConfigError("momentum", f"must be in [0, 1), got {quote(self.momentum)}")
+        check_number("momentum_damping", self.momentum_damping, strict=False)
+
+    def _validate_policy(self) -> None:
+        if self.synchronous:
+            for name in ("beta", "tau", "ssp"):
+                if getattr(self, name) is not None:
+                    raise ConfigError(
+                        name,
+                        f"applies to the asynchronous methods ({', '.join(ASYNC_METHODS)}), "
+                        f"not {escape(str(self.method))}",
+                    )
+        try:
+            self.policy()
+        except PolicyError as exc:
+            raise ConfigError(exc.field or "method", f"is not valid: {escape(str(exc))}") from None
 
     @property
-    def rule_name(self) -> str:
-        """What the tasks compute: SAGA's corrected gradients, or plain gradients (SGD, momentum)."""
-        return "saga" if self.method in ("saga", "asaga") else "sgd"
+    def synchronous(self) -> bool:
+        return METHODS[self.method].synchronous
 
     def policy(self) -> Policy:
         """sgd/saga: the bulk-synchronous barrier; asgd/asaga: as --beta/--tau/--ssp say."""

@@ -88,7 +88,7 @@ def test_a_checkpoint_of_another_model_is_refused(tmp_path, cancer):
 
 
 def test_checkpoint_options_need_an_output_folder():
-    with pytest.raises(ValueError, match="need --out"):
+    with pytest.raises(ValueError, match="needs --out"):
         TrainConfig(checkpoint_every=5).validate()
 
 

@@ -1,0 +1,58 @@
+"""TrainConfig checks each option once and names it: the field, the CLI flag, the Estimator Param."""
+
+from __future__ import annotations
+
+import pytest
+
+from async_spark.ml._fit import _param_name
+from async_spark.solvers.config import LINEAR_METHODS, SYNC_METHODS, TrainConfig
+from async_spark.solvers.methods import METHODS
+from async_spark.solvers.validation import ConfigError, flag_name
+
+BAD = [
+    (dict(method="adam"), "method", "must be one of sgd"),
+    (dict(loss="hinge"), "loss", "must be one of logistic"),
+    (dict(step=-1.0), "step", "must be a finite number > 0"),
+    (dict(step="fast"), "step", "must be a finite number > 0"),
+    (dict(l2=-1e-3), "l2", "must be a finite number >= 0"),
+    (dict(batch_fraction=1.5), "batch_fraction", "must be in (0, 1]"),
+    (dict(partitions=0), "partitions", "must be an integer >= 1"),
+    (dict(method="sgd", tau=2), "tau", "applies to the asynchronous methods"),
+    (dict(method="asgd", beta=2.0), "beta", "beta (partial barrier) must be in (0, 1]"),
+    (dict(method="asgd", ssp=-1), "ssp", "ssp slack s must be an integer >= 0"),
+    (dict(method="hb", step=0.1, momentum=1.0), "momentum", "must be in [0, 1)"),
+    (dict(method="saga", momentum=0.5), "momentum", "applies to hb"),
+    (dict(stragglers="sometimes"), "stragglers", "unknown straggler model"),
+    (dict(checkpoint_every=5), "checkpoint_every", "needs {out} DIR"),
+    (dict(publisher="carrier-pigeon"), "publisher", "must be one of broadcast, inline"),
+]
+
+
+@pytest.mark.parametrize("options, field, problem", BAD)
+def test_each_bad_option_raises_one_error_naming_its_field(options, field, problem):
+    with pytest.raises(ConfigError) as info:
+        TrainConfig(**options).validate()
+    assert info.value.field == field
+    assert problem in info.value.problem
+    assert str(info.value).startswith(flag_name(field) + " ")
+
+
+def test_an_error_is_said_in_each_front_ends_names():
+    with pytest.raises(ConfigError) as info:
+        TrainConfig(checkpoint_every=5, batch_fraction=0.5).validate()
+    assert str(info.value) == "--checkpoint-every needs --out DIR"
+    assert info.value.render(str.upper) == "CHECKPOINT_EVERY needs OUT DIR"
+    with pytest.raises(ConfigError) as info:
+        TrainConfig(batch_fraction=2.0).validate()
+    assert info.value.render(_param_name).startswith("batchFraction must be in (0, 1]")
+    # A user's value with braces is quoted, not taken for an option name.
+    with pytest.raises(ConfigError) as info:
+        TrainConfig(stragglers="{out}").validate()
+    assert "'{out}'" in info.value.render(str.upper)
+
+
+def test_method_lists_are_read_from_the_method_table():
+    assert LINEAR_METHODS == tuple(METHODS)
+    assert set(SYNC_METHODS) == {m for m, row in METHODS.items() if row.synchronous}
+    for name in LINEAR_METHODS:
+        assert TrainConfig(method=name).validate().synchronous is METHODS[name].synchronous
