@@ -10,18 +10,13 @@ Writes ``summary.json``, ``metrics.jsonl`` and ``model.pt`` into ``--out`` (on t
 The master and configuration given to spark-submit win over spark-conf/spark-defaults.conf.
 """
 
-import argparse
 import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    from async_spark.cli.hylo import add_hylo_arguments, add_spark_hylo_arguments, run_spark_hylo
+    from async_spark.cli.hylo import run_spark_hylo, spark_hylo_parser
 
-    parser = argparse.ArgumentParser(prog="train_hylo.py", description=__doc__)
-    add_hylo_arguments(parser)
-    add_spark_hylo_arguments(parser)
-    parser.add_argument("--debug", action="store_true", help="show tracebacks")
-    args = parser.parse_args(argv)
+    args = spark_hylo_parser("train_hylo.py", __doc__).parse_args(argv)
     args.spark = True
     try:
         return run_spark_hylo(args)

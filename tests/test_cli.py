@@ -140,3 +140,31 @@ def test_spark_submit_runs_the_job(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads((out / "summary.json").read_text())["updates"] == 10
+
+
+def test_help_names_every_option_and_its_default():
+    import argparse
+
+    from async_spark.cli import build_parser
+    from async_spark.cli._common import HelpFormatter
+
+    parser = build_parser()
+    assert "``" not in parser.format_help()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    assert set(sub.choices) == {"train", "momentum", "plot", "emulate", "hylo"}
+    for name, command in sub.choices.items():
+        assert command.formatter_class is HelpFormatter, name
+        command.format_help()  # every help string formats (no stray %)
+        for action in command._actions:
+            if not action.option_strings or action.help == argparse.SUPPRESS:
+                continue
+            assert action.help, f"{name} {action.option_strings[0]} has no help"
+            shown = HelpFormatter(name)._get_help_string(action) or ""
+            default = action.default
+            unset = (
+                default is None or default is False or default == [] or default is argparse.SUPPRESS
+            )
+            assert unset or "default" in shown, f"{name} {action.option_strings[0]}: {shown}"
+    train = sub.choices["train"].format_help()
+    assert "L1 penalty l1*||w||_1 on the weights (default: 0.0)" in " ".join(train.split())
+    assert "L2 penalty (l2/2)*||w||^2 (default: 0.0001)" in " ".join(train.split())

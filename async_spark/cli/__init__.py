@@ -25,7 +25,7 @@ import argparse
 import logging
 import sys
 
-from async_spark.cli._common import EXIT_USAGE
+from async_spark.cli._common import EXIT_USAGE, HelpFormatter
 from async_spark.cli.emulate import add_emulate_arguments, run_emulate
 from async_spark.cli.hylo import add_hylo_arguments, add_spark_hylo_arguments, run_hylo
 from async_spark.cli.momentum import add_momentum_arguments, run_momentum
@@ -35,35 +35,40 @@ from async_spark.cli.train import add_train_arguments, run_train
 
 __all__ = ["main", "build_parser", "add_train_arguments"]
 
+DESCRIPTION = (
+    "The async-spark command: asynchronous SGD/SAGA (ASYNC), stochastic momentum and HyLo "
+    "natural gradient on PySpark."
+)
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``async-spark`` parser with every subcommand."""
-    parser = argparse.ArgumentParser(prog="async-spark", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    train = sub.add_parser(
-        "train", help="train a linear model with (a)synchronous SGD/SAGA on Spark"
+    parser = argparse.ArgumentParser(
+        prog="async-spark", description=DESCRIPTION, formatter_class=HelpFormatter
     )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, formatter_class=HelpFormatter)
+
+    train = command("train", "train a linear model with (a)synchronous SGD/SAGA on Spark")
     add_train_arguments(train)
     add_tracking_arguments(train)
-    add_momentum_arguments(
-        sub.add_parser("momentum", help="reproduce the stochastic momentum theory")
-    )
+    add_momentum_arguments(command("momentum", "reproduce the stochastic momentum theory"))
     add_plot_arguments(
-        sub.add_parser(
-            "plot", help="plot runs written by train --out (objective, staleness, block times)"
-        )
+        command("plot", "plot runs written by train --out (objective, staleness, block times)")
     )
     add_emulate_arguments(
-        sub.add_parser(
+        command(
             "emulate",
-            help="train on P emulated workers in virtual time; --calibrate measures the cost model",
+            "train on P emulated workers in virtual time; --calibrate measures the cost model",
         )
     )
-    hylo = sub.add_parser("hylo", help="HyLo natural gradient on a reference model (PyTorch)")
+    hylo = command("hylo", "HyLo natural gradient on a reference model (PyTorch)")
     add_hylo_arguments(hylo)
     add_spark_hylo_arguments(hylo)  # --spark: the same training as a Spark barrier stage
     add_tracking_arguments(hylo)
-    hylo.add_argument("--debug", action="store_true")
+    hylo.add_argument("--debug", action="store_true", help="show tracebacks")
     return parser
 
 

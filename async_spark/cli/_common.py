@@ -12,6 +12,7 @@ from typing import Any
 
 __all__ = [
     "EXIT_USAGE",
+    "HelpFormatter",
     "add_master_and_conf",
     "add_spark_arguments",
     "parse_float",
@@ -21,6 +22,23 @@ __all__ = [
 ]
 
 EXIT_USAGE = 2
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Help that ends each option with ``(default: ...)`` where the default says something.
+
+    Left out for ``None`` (unset: the help says what happens then), ``False`` (a flag), an empty
+    list (a repeatable option) and a help that already names its default.
+    """
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        default = action.default
+        text = action.help or ""
+        if default is None or default is False or default is argparse.SUPPRESS:
+            return action.help
+        if (isinstance(default, list) and not default) or "default" in text:
+            return action.help
+        return super()._get_help_string(action)
 
 
 def parse_int(text: str) -> int:

@@ -19,7 +19,7 @@ import sys
 import threading
 from typing import Any
 
-from async_spark.cli._common import add_master_and_conf, spark_session
+from async_spark.cli._common import HelpFormatter, add_master_and_conf, spark_session
 from async_spark.cli.tracking import finish, log_hylo_run, open_run
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "parse_gpus",
     "run_hylo",
     "run_spark_hylo",
+    "spark_hylo_parser",
     "train_hylo",
 ]
 
@@ -61,7 +62,9 @@ def _epochs(text: str) -> list[int]:
 def add_hylo_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the ``hylo`` training options to ``parser`` (defaults are ``TrainConfig``'s)."""
     p = parser
-    p.add_argument("--model", choices=("cnn1d", "resnet32", "unet"), default="cnn1d")
+    p.add_argument(
+        "--model", choices=("cnn1d", "resnet32", "unet"), default="cnn1d", help="reference model"
+    )
     p.add_argument(
         "--width",
         type=int,
@@ -69,37 +72,61 @@ def add_hylo_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
         help="channels of the model, an integer >= 1 (default: the published size: "
         "cnn1d 25, resnet32 16, unet 8)",
     )
-    p.add_argument("--data", choices=("builtin:mnist1d", "synthetic"), default="builtin:mnist1d")
-    p.add_argument("--optimizer", choices=_OPTIMIZERS, default="hylo")
-    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument(
+        "--data",
+        choices=("builtin:mnist1d", "synthetic"),
+        default="builtin:mnist1d",
+        help="dataset (synthetic: random inputs of the model's shape, --n-train/--n-test rows)",
+    )
+    p.add_argument(
+        "--optimizer",
+        choices=_OPTIMIZERS,
+        default="hylo",
+        help="hylo (KID/KIS hybrid), kis, kid, sngd (exact), kfac, smw (ASDL), sgd (none)",
+    )
+    p.add_argument("--epochs", type=int, default=10, help="training epochs")
     p.add_argument("--batch-size", type=int, default=128, help="global batch size")
     p.add_argument("--lr", type=float, default=None, help="learning rate (default per optimizer)")
     p.add_argument("--workers", type=int, default=1, help="torch processes on this machine")
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--device", choices=("cpu", "cuda"), default="cpu", help="torch device of each process"
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the weights, batches and data")
     p.add_argument(
         "--out", default=None, help="directory for summary.json, metrics.jsonl, model.pt"
     )
-    p.add_argument("--momentum", type=float, default=0.9)
-    p.add_argument("--weight-decay", type=float, default=5e-4)
+    p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
+    p.add_argument("--weight-decay", type=float, default=5e-4, help="SGD weight decay")
     p.add_argument("--warmup-epochs", type=int, default=0, help="linear learning-rate warm-up")
-    p.add_argument("--lr-decay-epochs", type=_epochs, default=[], help="e.g. '30,60'")
-    p.add_argument("--lr-decay", type=float, default=0.1)
+    p.add_argument(
+        "--lr-decay-epochs",
+        type=_epochs,
+        default=[],
+        help="epochs at which the learning rate is multiplied by --lr-decay, e.g. '30,60'",
+    )
+    p.add_argument(
+        "--lr-decay", type=float, default=0.1, help="factor of each --lr-decay-epochs step"
+    )
     p.add_argument("--damping", type=float, default=0.03, help="(start) damping")
     p.add_argument("--damping-target", type=float, default=None, help="geometric decay target")
     p.add_argument("--rank-ratio", type=float, default=0.1, help="rows kept by KIS/KID")
-    p.add_argument("--inv-update-steps", type=int, default=10)
+    p.add_argument(
+        "--inv-update-steps",
+        type=int,
+        default=10,
+        help="steps between inverse updates; the inverses are reused in between",
+    )
     p.add_argument(
         "--fisher-window",
         type=int,
         default=1,
-        help="HyLo: kernel over the rows of the last W inverse updates (1 = the paper's)",
+        help="HyLo: kernel over the rows of the last W inverse updates; 1 is the paper's",
     )
     p.add_argument(
         "--factor-decay",
         type=float,
         default=0.0,
-        help="kfac: running average of the factors, decay*old + (1-decay)*new (0 = newest only)",
+        help="kfac: running average of the factors, decay*old + (1-decay)*new; 0 keeps the newest",
     )
     p.add_argument(
         "--evals-per-epoch",
@@ -114,8 +141,15 @@ def add_hylo_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
         default=None,
         help="hybrid: KID epoch windows like '0-10,35-40' (default: automatic switch)",
     )
-    p.add_argument("--switch-threshold", type=float, default=0.1)
-    p.add_argument("--kl-clip", type=float, default=1e-3)
+    p.add_argument(
+        "--switch-threshold",
+        type=float,
+        default=0.1,
+        help="hybrid: relative gradient-norm change above which a layer uses KID",
+    )
+    p.add_argument(
+        "--kl-clip", type=float, default=1e-3, help="KL clipping of the preconditioned step"
+    )
     p.add_argument("--n-train", type=int, default=1024, help="synthetic training size")
     p.add_argument("--n-test", type=int, default=512, help="synthetic test size")
     p.add_argument("--threads", type=int, default=1, help="torch threads per process")
@@ -174,6 +208,17 @@ def add_spark_hylo_arguments(parser: argparse.ArgumentParser) -> argparse.Argume
         help="train on a Parquet dataset (features: flat numeric list, label) read by Spark",
     )
     g.add_argument("--test-parquet", default=None, metavar="PATH", help="its test set")
+    return parser
+
+
+def spark_hylo_parser(prog: str, description: str | None) -> argparse.ArgumentParser:
+    """The parser of ``spark-submit jobs/train_hylo.py``: the hylo and stage options, --debug."""
+    parser = argparse.ArgumentParser(
+        prog=prog, description=description, formatter_class=HelpFormatter
+    )
+    add_hylo_arguments(parser)
+    add_spark_hylo_arguments(parser)
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
     return parser
 
 

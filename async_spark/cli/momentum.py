@@ -16,9 +16,11 @@ __all__ = ["add_momentum_arguments", "run_momentum"]
 def add_momentum_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``async-spark momentum``."""
     p.add_argument("--out", default=None, help="folder for figures.json and plots")
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--seed", type=parse_int, default=0)
-    p.add_argument("--debug", action="store_true")
+    p.add_argument("--quick", action="store_true", help="small runs (seconds); noisier figures")
+    p.add_argument(
+        "--seed", type=parse_int, default=0, help="seed of every random draw (problems, noise)"
+    )
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
 
 
 def run_momentum(args: argparse.Namespace) -> int:

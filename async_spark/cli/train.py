@@ -33,7 +33,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--data",
         default="builtin:synthetic",
-        help="LIBSVM or Parquet path, or builtin:synthetic|breast_cancer|digits|mnist1d (default builtin:synthetic)",
+        help="LIBSVM or Parquet path, or builtin:synthetic|breast_cancer|digits|mnist1d",
     )
     p.add_argument("--format", default="auto", help="libsvm | parquet | auto")
     p.add_argument(
@@ -59,8 +59,10 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         default=0.0,
         help="c >= 0: asynchronous momentum uses beta / (1 + c * staleness)",
     )
-    p.add_argument("--l2", type=parse_float, default=1e-4)
-    p.add_argument("--l1", type=parse_float, default=0.0)
+    p.add_argument("--l2", type=parse_float, default=1e-4, help="L2 penalty (l2/2)*||w||^2")
+    p.add_argument(
+        "--l1", type=parse_float, default=0.0, help="L1 penalty l1*||w||_1 on the weights"
+    )
     p.add_argument(
         "--step", type=parse_step, default="auto", help="step size, or 'auto' from the data"
     )
@@ -92,15 +94,24 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="seconds that straggler delays are multiples of (default: median task time of a warm-up)",
     )
-    p.add_argument("--seed", type=parse_int, default=0)
-    p.add_argument("--max-updates", type=parse_int, default=None)
+    p.add_argument(
+        "--seed", type=parse_int, default=0, help="seed of the task samples and straggler delays"
+    )
+    p.add_argument(
+        "--max-updates", type=parse_int, default=None, help="stop after this many model updates"
+    )
     p.add_argument(
         "--time-budget",
         type=parse_float,
         default=None,
         help="seconds of training (default 20 when no other stop)",
     )
-    p.add_argument("--target-objective", type=parse_float, default=None)
+    p.add_argument(
+        "--target-objective",
+        type=parse_float,
+        default=None,
+        help="stop when the objective reaches this value",
+    )
     p.add_argument(
         "--eval-every", type=parse_float, default=1.0, help="seconds between objective snapshots"
     )
@@ -116,7 +127,12 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--checkpoint-seconds", type=parse_float, default=None, help="seconds between checkpoints"
     )
-    p.add_argument("--keep-checkpoints", type=parse_int, default=3)
+    p.add_argument(
+        "--keep-checkpoints",
+        type=parse_int,
+        default=3,
+        help="checkpoints to keep; older ones are deleted",
+    )
     p.add_argument(
         "--resume",
         default=None,
