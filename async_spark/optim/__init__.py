@@ -4,6 +4,7 @@ No Spark, no torch, no I/O: every rule is a pair of functions of numpy arrays wi
 ``NamedTuple`` state (see DESIGN, "Style to follow").
 """
 
+from async_spark.optim.dcasgd import DCASGD, DCASGDState, DCMessage, dcasgd
 from async_spark.optim.momentum import (
     APGState,
     HeavyBallState,
@@ -86,6 +87,11 @@ __all__ = [
     "SAGAState",
     "saga",
     "combine_saga_messages",
+    # delay-compensated ASGD
+    "DCASGD",
+    "DCASGDState",
+    "DCMessage",
+    "dcasgd",
     # step-size rules
     "StepRule",
     "ConstantStep",

@@ -12,6 +12,7 @@ asaga     saga        async      ASYNC's ASAGA
 hb, ahb   hb          both       heavy ball
 ag, aag   ag          both       Nesterov's accelerated gradient
 apg,aapg  apg         both       accelerated proximal gradient (prox of the L1 term)
+dcasgd    dcasgd      async      delay-compensated ASGD (Zheng et al., ICML 2017)
 ========  ==========  =========  ===============================================================
 
 Setup runs once, in scikit-learn's ``_sag.py`` order: the options were validated
@@ -35,6 +36,7 @@ from async_spark.data.blocks import BlockSource, DatasetDescriptor
 from async_spark.engine.core import TaskTicket
 from async_spark.engine.engine import TaskResult
 from async_spark.models.linear import LinearModel
+from async_spark.optim.dcasgd import DCMessage, dcasgd
 from async_spark.optim.saga import SAGA, SAGAMessage, combine_saga_messages, saga
 from async_spark.optim.sgd import SGDMessage, combine_sgd_messages, sgd
 from async_spark.optim.steps import auto_step, make_step_rule
@@ -267,6 +269,41 @@ class MomentumFamily(_GradientMessages):
         return MomentumLinear.iterate(params, state)
 
 
+class DCASGDFamily:
+    """Delay-compensated ASGD (:mod:`async_spark.optim.dcasgd`): the message carries the version
+    the task read, taken from the engine's history store when the task leaves."""
+
+    computation = "gradient"
+
+    def choose_step(self, problem: Problem, setup: Setup) -> StepChoice:
+        return StepChoice(_safe_step("sgd", problem, setup))
+
+    def build_rule(self, problem: Problem, setup: Setup, step: StepChoice) -> Rule:
+        desc = problem.desc
+        return dcasgd(
+            problem.model,
+            n=desc.n,
+            num_blocks=desc.num_blocks,
+            batch_fraction=setup.batch_fraction,
+            step=_step_rule("sqrt", problem, setup, step.gamma),
+        )
+
+    def at_dispatch(self, dispatch: Dispatch) -> tuple[np.ndarray | None, Any]:
+        return None, dispatch.model_of(dispatch.ticket.version)
+
+    def message(self, result: TaskResult, memo: np.ndarray) -> DCMessage:
+        return DCMessage(result.payload, memo, result.staleness)
+
+    def combine(self, messages: Sequence[Any]) -> Any:
+        raise ValueError("DC-ASGD has no synchronous form (a fresh round needs no compensation)")
+
+    def signal(self, message: DCMessage) -> np.ndarray:
+        return np.asarray(message.grad_sum)
+
+    def iterate(self, params: np.ndarray, state: Any) -> np.ndarray:
+        return params
+
+
 @dataclass(frozen=True)
 class Method:
     """A row of the table: a family and whether the method waits for whole rounds."""
@@ -291,6 +328,7 @@ def _rows() -> dict[str, Method]:
     for rule in MOMENTUM_RULES:
         rows.append(Method(rule, MomentumFamily(rule), True, momentum=True))
         rows.append(Method("a" + rule, MomentumFamily(rule), False, momentum=True))
+    rows.append(Method("dcasgd", DCASGDFamily(), False))
     return {m.name: m for m in rows}
 
 
