@@ -42,14 +42,14 @@ from async_spark.optim._validate import (
 )
 
 __all__ = [
-    "MOMENTUM_METHODS",
+    "PARAMETER_CHOICES",
     "momentum_parameters",
     "robust_momentum_parameters",
     "Curvature",
     "estimate_curvature",
 ]
 
-MOMENTUM_METHODS = ("ag", "ag-lessard", "hb", "gd")
+PARAMETER_CHOICES = ("ag", "ag-lessard", "hb", "gd")  # the tunings momentum_parameters knows
 
 
 def momentum_parameters(method: str, mu: float, L: float) -> tuple[float, float]:
@@ -72,7 +72,7 @@ def momentum_parameters(method: str, mu: float, L: float) -> tuple[float, float]
     ValueError
         ``method`` unknown, ``mu <= 0``, ``L < mu`` or non-finite values.
     """
-    check_choice("method", method, MOMENTUM_METHODS)
+    check_choice("method", method, PARAMETER_CHOICES)
     mu, L = check_curvature(mu, L)
     kappa = L / mu
     sk = math.sqrt(kappa)
