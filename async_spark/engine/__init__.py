@@ -1,7 +1,9 @@
 """The ASYNC engine on stock PySpark.
 
 The pure parts (:mod:`.core`, :mod:`.policies`, :mod:`.stragglers`, :mod:`.history`) never import
-pyspark; the Spark backend lives in :mod:`.spark` and the session builder in :mod:`.session`.
+pyspark; the Spark backends live in :mod:`.spark` (a Spark job per task) and :mod:`.resident` (one
+job of resident tasks per run, tickets over :mod:`.wire`; it imports pyspark only when constructed),
+and the session builder in :mod:`.session`.
 """
 
 from .core import BlockStatus, Decision, SchedulerCore, TaskStatus, TaskTicket
@@ -15,9 +17,10 @@ from .policies import (
     StaleSynchronous,
     parse_policy,
 )
+from .resident import ResidentTransport
 from .session import JavaNotFoundError, build_session, check_java
 from .stragglers import Delay, StragglerModel, parse_stragglers
-from .transport import LocalTransport, Outcome, Transport
+from .transport import LocalTransport, Outcome, TaskCall, Transport
 
 __all__ = [
     "AsyncEngine",
@@ -33,10 +36,12 @@ __all__ = [
     "PartialBarrier",
     "Policy",
     "PolicyError",
+    "ResidentTransport",
     "SchedulerCore",
     "StaleSynchronous",
     "StalenessBound",
     "StragglerModel",
+    "TaskCall",
     "TaskResult",
     "TaskStatus",
     "TaskTicket",

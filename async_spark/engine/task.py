@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 from .stragglers import Delay
 
-__all__ = ["TaskReport", "executor_identity", "run_task"]
+__all__ = ["TaskReport", "executor_identity", "run_task", "timed_task"]
 
 TaskFunction = Callable[[int, Any, Any], Any]
 """``task_fn(block, model, args) -> payload``; runs on an executor."""
@@ -66,12 +66,40 @@ def run_task(
     # input unread, and a fresh worker has lost its block cache.
     for _ in rows:
         pass
+    report = timed_task(task_fn, _model_reader(model_ref), block, task_id, args, delay)
+    assert report is not None  # time.sleep is never interrupted
+    return [report]
+
+
+def _model_reader(model_ref: Any) -> Callable[[], Any]:
+    return lambda: model_ref.value if model_ref is not None else None
+
+
+def _sleep(seconds: float) -> bool:
+    time.sleep(seconds)
+    return False
+
+
+def timed_task(
+    task_fn: TaskFunction,
+    read_model: Callable[[], Any],
+    block: int,
+    task_id: int,
+    args: Any,
+    delay: Delay,
+    sleep: Callable[[float], bool] = _sleep,
+) -> TaskReport | None:
+    """Read the model, run the task function, apply the straggler delay, time it all.
+
+    The compute time covers the model read and the task function; the delay then sleeps through
+    ``sleep(seconds)``, which returns True when it was interrupted (a resident worker's
+    cancellation): then the task reports nothing (None)."""
     start = time.perf_counter()
-    model = model_ref.value if model_ref is not None else None
+    model = read_model()
     payload = task_fn(block, model, args)
     compute = time.perf_counter() - start
     executor = executor_identity()
     extra = delay.extra_seconds(executor, compute)
-    if extra > 0:
-        time.sleep(extra)
-    return [TaskReport(task_id, payload, compute, extra, executor, os.getpid())]
+    if extra > 0 and sleep(extra):
+        return None
+    return TaskReport(task_id, payload, compute, extra, executor, os.getpid())

@@ -1,0 +1,1159 @@
+"""The resident transport: one Spark job of long-running tasks per run, tickets over a socket.
+
+A run starts ONE Spark job through the DataFrame API (``spark.range(T, numPartitions=T)
+.mapInArrow(worker, schema)``, collected in a driver thread), whose T tasks stay resident: each owns
+the blocks ``b`` with ``b % T == partition``, connects back to a TCP server that this transport opens
+on ``spark.driver.host``, proves the run's secret (:mod:`.wire`), announces its blocks and then
+serves *tickets*: (task id, block, model version, args, straggler delay) plus the model — the full
+array the first time, then a bit-exact sparse delta against a version the worker holds when that is
+smaller, or nothing when the worker already holds the version. It runs the task function exactly as
+:func:`~async_spark.engine.task.run_task` does and sends the payload back. The per-task cost is the
+payload and the compute, not a Spark job (~100 ms on the job transport).
+
+Faults: a dropped connection turns its tickets in flight into FAILED outcomes (the scheduler core
+re-dispatches with backoff) and its blocks wait until a task announces them again — the same task
+reconnecting, or Spark's retry of a lost task on any executor; a ticket for an unreachable block
+waits at most ``submit_wait`` seconds, then fails. Heartbeats run both ways: the driver drops a
+worker silent for ``silence_seconds``, and a worker whose driver is gone (closed connection,
+refused reconnection, or silence) returns, which ends its Spark task. If the whole job fails (e.g.
+``local[N]`` retries nothing), it is launched again, at most ``max_relaunches`` times.
+
+See ``docs/resident.md`` for the protocol, the security model and how to use it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import secrets
+import socket
+import threading
+import time
+import uuid
+from collections import Counter, OrderedDict, deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .core import TaskStatus, TaskTicket
+from .history import InlinePublisher
+from .stragglers import NO_DELAY, Delay
+from .task import TaskFunction, TaskReport, executor_identity, timed_task
+from .transport import Outcome, TaskCall, Transport, _describe
+from .wire import (
+    DEFAULT_MAX_BODY_BYTES,
+    DTYPES,
+    BadHeader,
+    ConnectionClosed,
+    UnsupportedValue,
+    WireError,
+    client_handshake,
+    encode_frame,
+    read_frame,
+    send_frame,
+    server_handshake,
+    set_nodelay,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ResidentTransport"]
+
+_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+_DELTA_DTYPES = frozenset(DTYPES.values())
+_DELTA_MIN_SIZE = 64  # smaller models always travel in full
+_EXIT_WAIT = 10.0  # seconds close() waits for the workers to leave before cancelling the job
+
+
+@dataclass(frozen=True)
+class _WorkerConfig:
+    """What a resident task needs (plain values: it travels in the Spark job's closure)."""
+
+    host: str
+    port: int
+    secret: bytes
+    run_id: str
+    num_blocks: int
+    num_tasks: int
+    task_fn: TaskFunction
+    heartbeat_seconds: float
+    silence_seconds: float
+    connect_seconds: float  # first connection: keep trying this long
+    reconnect_seconds: float  # after a lost connection: keep trying this long
+    max_body_bytes: int
+    max_versions: int
+
+
+# =================================================================================================
+# The worker side: runs inside a Spark task (a Python worker process of an executor)
+# =================================================================================================
+class _WorkerEntry:
+    """The ``mapInArrow`` function: drains its partition (the task's ids), serves tickets until the
+    driver says exit or is gone, then yields one summary row."""
+
+    def __init__(self, cfg: _WorkerConfig) -> None:
+        self.cfg = cfg
+        self.__name__ = "async_spark_resident_worker"
+
+    def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+        from pyspark import TaskContext
+
+        ids: set[int] = set()
+        for batch in batches:
+            ids.update(int(x) for x in batch.column(0).to_pylist())
+        ctx = TaskContext.get()
+        partition = ctx.partitionId() if ctx is not None else min(ids, default=-1)
+        attempt = ctx.attemptNumber() if ctx is not None else 0
+        blocks = [b for b in range(self.cfg.num_blocks) if b % self.cfg.num_tasks in ids]
+        served = _Worker(self.cfg, blocks, partition, attempt).run()
+        yield pa.RecordBatch.from_pydict(
+            {"partition": [partition], "attempt": [attempt], "tickets": [served]},
+            schema=pa.schema(
+                [("partition", pa.int64()), ("attempt", pa.int64()), ("tickets", pa.int64())]
+            ),
+        )
+
+
+_OUTPUT_SCHEMA = "partition long, attempt long, tickets long"
+
+
+def _freeze(value: Any) -> Any:
+    """Make the arrays of a model read-only: a held version must not change under a task."""
+    if isinstance(value, np.ndarray):
+        value.flags.writeable = False
+    elif isinstance(value, tuple | list):
+        for v in value:
+            _freeze(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _freeze(v)
+    return value
+
+
+def _constant(value: Any) -> Any:
+    return lambda: value
+
+
+def _apply_delta(base: Any, indices: Any, values: Any) -> np.ndarray:
+    if not (
+        isinstance(base, np.ndarray)
+        and isinstance(indices, np.ndarray)
+        and isinstance(values, np.ndarray)
+        and values.dtype == base.dtype
+        and indices.dtype.kind == "i"
+        and indices.shape == values.shape
+        and indices.ndim == 1
+    ):
+        raise BadHeader("a delta needs int indices and values of the base's dtype")
+    new = np.array(base, copy=True)
+    bits = _UINT[new.dtype.itemsize]
+    new.reshape(-1).view(bits)[indices] = values.view(bits)  # bit-exact, NaNs included
+    return new
+
+
+class _Session:
+    """One connection of a worker: send lock, liveness, tickets queued and their cancel events."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.lock = threading.Lock()
+        self.last_seen = time.monotonic()
+        self.events: dict[int, threading.Event] = {}
+        self.tickets: queue.Queue[tuple[int, int, Any, Any, Delay] | None] = queue.Queue()
+        self.stop = threading.Event()
+
+    def send(self, parts: list[Any]) -> bool:
+        try:
+            with self.lock:
+                send_frame(self.sock, parts)
+            return True
+        except OSError:
+            self.shutdown()
+            return False
+
+    def shutdown(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+class _Worker:
+    def __init__(self, cfg: _WorkerConfig, blocks: list[int], partition: int, attempt: int):
+        self.cfg = cfg
+        self.blocks = blocks
+        self.partition = partition
+        self.attempt = attempt
+        self.models: OrderedDict[int, Any] = OrderedDict()
+        self.served = 0
+
+    def run(self) -> int:
+        """Serve sessions until the driver says exit or cannot be reached; tickets served."""
+        cfg = self.cfg
+        give_up = time.monotonic() + cfg.connect_seconds
+        while True:
+            sock = self._connect()
+            if sock is None:
+                if time.monotonic() >= give_up:
+                    log.warning(
+                        "resident worker %d.%d: driver %s:%d unreachable, exiting",
+                        self.partition,
+                        self.attempt,
+                        cfg.host,
+                        cfg.port,
+                    )
+                    return self.served
+                time.sleep(0.25)
+                continue
+            if self._session(sock) == "exit":
+                return self.served
+            give_up = time.monotonic() + cfg.reconnect_seconds
+
+    def _connect(self) -> socket.socket | None:
+        cfg = self.cfg
+        try:
+            sock = socket.create_connection((cfg.host, cfg.port), timeout=cfg.silence_seconds)
+        except OSError:
+            return None
+        try:
+            set_nodelay(sock)
+            client_handshake(sock, cfg.secret, timeout=cfg.silence_seconds)
+            return sock
+        except (OSError, WireError) as exc:
+            log.warning("resident worker: handshake with the driver failed: %s", exc)
+            sock.close()
+            return None
+
+    def _session(self, sock: socket.socket) -> str:
+        cfg = self.cfg
+        self.models.clear()  # a new connection: the driver's mirror of what we hold starts empty
+        s = _Session(sock)
+        stream = sock.makefile("rb", buffering=1 << 16)
+        hello = {
+            "run": cfg.run_id,
+            "blocks": self.blocks,
+            "executor": executor_identity(),
+            "pid": os.getpid(),
+            "partition": self.partition,
+            "attempt": self.attempt,
+        }
+        compute = threading.Thread(target=self._compute, args=(s,), daemon=True)
+        beat = threading.Thread(target=self._heartbeat, args=(s,), daemon=True)
+        result = "lost"
+        try:
+            if not s.send(encode_frame("hello", hello)):
+                return result
+            compute.start()
+            beat.start()
+            while True:
+                frame = read_frame(stream, cfg.max_body_bytes)
+                s.last_seen = time.monotonic()
+                if frame.kind == "ticket":
+                    self._on_ticket(s, frame.fields, frame.payload)
+                elif frame.kind == "cancel":
+                    event = s.events.get(frame.fields.get("id"))  # type: ignore[arg-type]
+                    if event is not None:
+                        event.set()
+                elif frame.kind == "exit":
+                    result = "exit"
+                    return result
+                elif frame.kind != "hb":
+                    raise BadHeader(f"unexpected message {frame.kind!r}")
+        except (WireError, OSError) as exc:
+            if not isinstance(exc, ConnectionClosed):
+                log.warning(
+                    "resident worker %d: connection to the driver lost: %s", self.partition, exc
+                )
+            return result
+        finally:
+            s.stop.set()
+            for event in list(s.events.values()):
+                event.set()  # a sleeping straggler wakes and reports CANCELLED
+            s.tickets.put(None)
+            if compute.is_alive():
+                compute.join(cfg.silence_seconds)
+            if beat.is_alive():
+                beat.join(cfg.heartbeat_seconds + 1.0)
+            s.shutdown()
+            stream.close()
+            sock.close()
+
+    def _store(self, version: int, model: Any) -> None:
+        self.models[version] = model
+        self.models.move_to_end(version)
+        while len(self.models) > self.cfg.max_versions:
+            self.models.popitem(last=False)
+
+    def _on_ticket(self, s: _Session, f: dict[str, Any], payload: Any) -> None:
+        task_id = f.get("id")
+        if type(task_id) is not int:
+            raise BadHeader("a ticket needs an int id")
+        try:
+            block, version, mode = f["b"], f["v"], f["m"]
+            if block not in self.blocks:
+                raise ValueError(f"block {block} is not served by this worker")
+            part, args = payload
+            if mode == "held":
+                model = self.models[version]
+                self.models.move_to_end(version)
+            elif mode == "full":
+                model = _freeze(part)
+                self._store(version, model)
+            elif mode == "delta":
+                model = _freeze(_apply_delta(self.models[f["base"]], *part))
+                self._store(version, model)
+            else:
+                raise ValueError(f"unknown model mode {mode!r}")
+            d = f.get("d")
+            delay = NO_DELAY if d is None else Delay(float(d[0]), d[1], float(d[2]))
+        except (KeyError, ValueError, TypeError, IndexError, WireError) as exc:
+            # the driver's mirror of our versions follows the same rules: a mismatch is a bug,
+            # reported as this task's failure
+            text = f"resident worker could not read ticket {task_id}: {type(exc).__name__}: {exc}"
+            s.send(encode_frame("error", {"id": task_id, "e": text}))
+            return
+        s.events[task_id] = threading.Event()
+        s.tickets.put((task_id, block, model, args, delay))
+
+    def _compute(self, s: _Session) -> None:
+        task_fn = self.cfg.task_fn
+        while True:
+            item = s.tickets.get()
+            if item is None or s.stop.is_set():
+                return
+            task_id, block, model, args, delay = item
+            event = s.events.get(task_id)
+            try:
+                if event is None or event.is_set():
+                    s.send(encode_frame("cancelled", {"id": task_id}))
+                    continue
+                try:
+                    report = timed_task(
+                        task_fn, _constant(model), block, task_id, args, delay, sleep=event.wait
+                    )
+                except Exception as exc:  # noqa: BLE001 - a failing task is an outcome
+                    s.send(encode_frame("error", {"id": task_id, "e": _describe(exc)}))
+                    continue
+                if report is None or event.is_set():
+                    s.send(encode_frame("cancelled", {"id": task_id}))
+                    continue
+                fields = {"id": task_id, "c": report.compute_seconds, "s": report.sleep_seconds}
+                try:
+                    parts = encode_frame("result", fields, report.payload)
+                except UnsupportedValue as exc:
+                    text = f"the task function's result cannot travel: {exc}"
+                    s.send(encode_frame("error", {"id": task_id, "e": text}))
+                    continue
+                if s.send(parts):
+                    self.served += 1
+            finally:
+                s.events.pop(task_id, None)
+
+    def _heartbeat(self, s: _Session) -> None:
+        cfg = self.cfg
+        while not s.stop.wait(cfg.heartbeat_seconds):
+            if time.monotonic() - s.last_seen > cfg.silence_seconds:
+                log.warning(
+                    "resident worker %d: the driver has been silent for %.0f s, leaving",
+                    self.partition,
+                    cfg.silence_seconds,
+                )
+                s.shutdown()
+                return
+            if not s.send(encode_frame("hb")):
+                return
+
+
+# =================================================================================================
+# The driver side
+# =================================================================================================
+class _Conn:
+    """An authenticated worker connection, as the driver sees it."""
+
+    def __init__(self, sock: socket.socket, peer: str, hello: dict[str, Any]) -> None:
+        self.sock = sock
+        self.peer = peer
+        self.blocks: tuple[int, ...] = tuple(hello["blocks"])
+        self.executor = str(hello.get("executor", peer))
+        self.pid = int(hello.get("pid", -1))
+        self.partition = int(hello.get("partition", -1))
+        self.attempt = int(hello.get("attempt", 0))
+        self.send_lock = threading.Lock()
+        self.held: OrderedDict[int, None] = OrderedDict()  # mirror of the worker's versions
+        self.in_flight: dict[int, tuple[TaskTicket, float]] = {}
+        self.last_seen = time.monotonic()
+        self.last_sent = time.monotonic()
+        self.closed = False
+        self.since = time.time()
+
+    def __str__(self) -> str:
+        return (
+            f"worker {self.partition}.{self.attempt} on {self.executor} "
+            f"(pid {self.pid}, blocks {list(self.blocks)})"
+        )
+
+
+class ResidentTransport(Transport):
+    """Runs tasks on resident Spark tasks that hold their blocks and the model versions they saw.
+
+    Parameters
+    ----------
+    spark : SparkSession (or SparkContext)
+        The run's session; its ``spark.driver.host`` is the address the workers connect to.
+    task_fn : callable, optional
+        The task function; by default the one :class:`~async_spark.engine.AsyncEngine` passes to
+        :meth:`start`. It travels once, in the job's closure, as any PySpark UDF.
+    num_tasks : int, optional
+        Resident tasks (default: min(blocks, ``sc.defaultParallelism``)); each owns the blocks
+        ``b % num_tasks == task``.
+    host : str, optional
+        Address to listen on and to give the workers (default ``spark.driver.host``). Never a
+        wildcard address.
+    connect_timeout : float
+        Seconds :meth:`start` waits for the tasks to connect; with none connected it fails with
+        one line naming the address.
+    heartbeat_seconds, silence_seconds : float
+        Both sides send a heartbeat this often when idle; a peer silent for ``silence_seconds`` is
+        dropped (a worker whose driver is gone exits).
+    reconnect_seconds : float
+        How long a worker whose connection broke keeps trying to reconnect.
+    submit_wait : float
+        How long a ticket for a block whose worker is not connected waits before it fails.
+    max_versions : int
+        Model versions each worker keeps (deltas are computed against them).
+    max_frame_bytes : int
+        Largest frame body accepted from the network (models and payloads), either side.
+    max_relaunches : int
+        Times the job is launched again when it fails (every task lost) while the run goes on.
+    """
+
+    def __init__(
+        self,
+        spark: Any,
+        *,
+        task_fn: TaskFunction | None = None,
+        num_tasks: int | None = None,
+        host: str | None = None,
+        connect_timeout: float = 60.0,
+        heartbeat_seconds: float = 1.0,
+        silence_seconds: float = 15.0,
+        reconnect_seconds: float = 5.0,
+        submit_wait: float = 30.0,
+        max_versions: int = 4,
+        max_frame_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        max_relaunches: int = 2,
+    ) -> None:
+        super().__init__()
+        from pyspark import SparkContext
+
+        if isinstance(spark, SparkContext):
+            from pyspark.sql import SparkSession
+
+            spark = SparkSession(spark)
+        for name, value in (
+            ("connect_timeout", connect_timeout),
+            ("heartbeat_seconds", heartbeat_seconds),
+            ("silence_seconds", silence_seconds),
+            ("reconnect_seconds", reconnect_seconds),
+            ("submit_wait", submit_wait),
+        ):
+            if not (isinstance(value, int | float) and value > 0):
+                raise ValueError(f"{name} must be a number > 0, got {value!r}")
+        if not silence_seconds > heartbeat_seconds:
+            raise ValueError(
+                f"silence_seconds ({silence_seconds}) must exceed heartbeat_seconds "
+                f"({heartbeat_seconds})"
+            )
+        for name, value in (("max_versions", max_versions), ("max_frame_bytes", max_frame_bytes)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if num_tasks is not None and (
+            isinstance(num_tasks, bool) or not isinstance(num_tasks, int) or num_tasks < 1
+        ):
+            raise ValueError(f"num_tasks must be an integer >= 1, got {num_tasks!r}")
+        if isinstance(max_relaunches, bool) or not isinstance(max_relaunches, int):
+            raise ValueError(f"max_relaunches must be an integer >= 0, got {max_relaunches!r}")
+        self.spark = spark
+        self.publisher = InlinePublisher()  # versions stay on the driver; sent once per worker
+        self._task_fn = task_fn
+        self._num_tasks = num_tasks
+        self._host = host
+        self.connect_timeout = float(connect_timeout)
+        self.heartbeat_seconds = float(heartbeat_seconds)
+        self.silence_seconds = float(silence_seconds)
+        self.reconnect_seconds = float(reconnect_seconds)
+        self.submit_wait = float(submit_wait)
+        self.max_versions = max_versions
+        self.max_frame_bytes = max_frame_bytes
+        self.max_relaunches = max_relaunches
+        self.handshake_timeout = 10.0
+
+        self._lock = threading.Condition()
+        self._owners: dict[int, _Conn] = {}
+        self._conns: set[_Conn] = set()
+        self._where: dict[int, _Conn | None] = {}  # task id -> its connection (None: pending)
+        self._pending: dict[int, deque[tuple[TaskTicket, TaskCall, float]]] = {}
+        self._copies: dict[int, Any] = {}  # version -> driver copy, while a worker holds it
+        self._copy_refs: Counter[int] = Counter()
+        self._threads: list[threading.Thread] = []
+        self._handshakes = threading.BoundedSemaphore(32)
+        self._server: socket.socket | None = None
+        self._closing = threading.Event()
+        self._started = False
+        self._closed = False
+        self._fatal: str | None = None
+        self._job_error: str | None = None
+        self._job_thread: threading.Thread | None = None
+        self.launches = 0
+        self.stats: Counter[str] = Counter()
+        self.address: tuple[str, int] | None = None
+
+    # --- lifecycle ----------------------------------------------------------------------------
+    def start(
+        self, num_blocks: int, slots: int, run_name: str, *, task_fn: TaskFunction | None = None
+    ) -> None:
+        if self._started:
+            raise RuntimeError("a ResidentTransport serves one run: make a new one")
+        self._started = True
+        fn = self._task_fn if self._task_fn is not None else task_fn
+        if fn is None:
+            raise ValueError(
+                "ResidentTransport needs the task function: AsyncEngine passes it to "
+                "start(task_fn=...), or give ResidentTransport(spark, task_fn=...)"
+            )
+        self.run_name = run_name
+        self.num_blocks = num_blocks
+        self.num_tasks = min(num_blocks, self._num_tasks or self._parallelism(num_blocks))
+        host = self._bind_host()
+        try:
+            self._server = socket.create_server((host, 0), backlog=128)
+            port = self._server.getsockname()[1]
+            self._server.settimeout(0.5)
+            self.address = (host, port)
+            self._secret = secrets.token_bytes(32)
+            self.run_id = uuid.uuid4().hex
+            self._tag = f"async-spark-resident-{self.run_id[:12]}"
+            self._cfg = _WorkerConfig(
+                host=host,
+                port=port,
+                secret=self._secret,
+                run_id=self.run_id,
+                num_blocks=num_blocks,
+                num_tasks=self.num_tasks,
+                task_fn=fn,
+                heartbeat_seconds=self.heartbeat_seconds,
+                silence_seconds=self.silence_seconds,
+                connect_seconds=self.connect_timeout,
+                reconnect_seconds=self.reconnect_seconds,
+                max_body_bytes=self.max_frame_bytes,
+                max_versions=self.max_versions,
+            )
+            self._spawn(self._accept_loop, "async-spark-resident-accept")
+            self._spawn(self._monitor_loop, "async-spark-resident-monitor")
+            self._job_thread = self._spawn_job()
+            self._wait_connected()
+        except BaseException:
+            self.close()
+            raise
+
+    def _parallelism(self, num_blocks: int) -> int:
+        try:
+            return max(1, int(self.spark.sparkContext.defaultParallelism))
+        except Exception:  # Spark Connect has no SparkContext
+            try:
+                return max(1, int(self.spark.conf.get("spark.default.parallelism")))
+            except Exception:
+                return num_blocks
+
+    def _bind_host(self) -> str:
+        host = self._host
+        if host is None:
+            try:
+                host = self.spark.conf.get("spark.driver.host", None)
+            except Exception:
+                host = None
+            host = host or os.environ.get("SPARK_LOCAL_IP") or "127.0.0.1"
+        if host in ("", "0.0.0.0", "::", "[::]", "*"):
+            raise ValueError(
+                f"the resident transport listens only on a definite address, not {host!r}: set "
+                "spark.driver.host (or SPARK_LOCAL_IP) to this machine's address on the executors' "
+                "network, or give ResidentTransport(host=...)"
+            )
+        return host
+
+    def _spawn(self, target: Any, name: str, *args: Any) -> threading.Thread:
+        t = threading.Thread(target=target, name=name, args=args, daemon=True)
+        t.start()
+        self._threads.append(t)
+        return t
+
+    def _spawn_job(self) -> threading.Thread:
+        try:
+            from pyspark import InheritableThread
+
+            t: threading.Thread = InheritableThread(target=self._job_loop, name="async-spark-job")
+        except Exception:
+            t = threading.Thread(target=self._job_loop, name="async-spark-job")
+        t.daemon = True
+        t.start()
+        return t
+
+    def _wait_connected(self) -> None:
+        deadline = time.monotonic() + self.connect_timeout
+        with self._lock:
+            while True:
+                if len(self._owners) == self.num_blocks:
+                    return
+                if self._fatal is not None or (self._job_error and not self._conns):
+                    raise RuntimeError(
+                        f"the resident Spark job failed before its tasks connected: "
+                        f"{self._fatal or self._job_error}"
+                    )
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._lock.wait(min(left, 0.25))
+            reached = len(self._owners)
+        host, port = self.address or ("?", 0)
+        if reached == 0:
+            raise RuntimeError(
+                f"no resident task connected to the driver at {host}:{port} within "
+                f"{self.connect_timeout:.0f} s: the executors cannot reach it (or have no free "
+                "slot); set spark.driver.host (or SPARK_LOCAL_IP) to an address of this machine "
+                "that the executors can reach"
+            )
+        log.warning(
+            "resident transport: %d of %d blocks connected after %.0f s; the others are "
+            "dispatched when their tasks connect",
+            reached,
+            self.num_blocks,
+            self.connect_timeout,
+        )
+
+    def _job_loop(self) -> None:
+        while not self._closing.is_set():
+            self.launches += 1
+            error = None
+            try:
+                self._run_job()
+            except Exception as exc:  # noqa: BLE001 - the job's failure is reported, not raised
+                error = _describe(exc)
+            if self._closing.is_set():
+                return
+            with self._lock:
+                self._job_error = error or "its tasks ended"
+                self._lock.notify_all()
+            if self.launches > self.max_relaunches:
+                self._set_fatal(
+                    f"the resident Spark job ended {self.launches} times while the run went on; "
+                    f"last: {self._job_error}"
+                )
+                return
+            log.warning(
+                "resident transport: the Spark job ended while the run goes on (%s); launching "
+                "it again (%d of %d)",
+                self._job_error,
+                self.launches,
+                self.max_relaunches,
+            )
+            self._closing.wait(0.5)
+
+    def _run_job(self) -> None:
+        spark = self.spark
+        spark.addTag(self._tag)
+        try:
+            try:
+                spark.sparkContext.setJobDescription(
+                    f"{self.run_name}: resident tasks ({self.num_tasks}) for {self.num_blocks} "
+                    "blocks"
+                )
+            except Exception:
+                pass
+            frame = spark.range(self.num_tasks, numPartitions=self.num_tasks)
+            frame.mapInArrow(_WorkerEntry(self._cfg), _OUTPUT_SCHEMA).collect()
+        finally:
+            try:
+                spark.removeTag(self._tag)
+            except Exception:
+                pass
+
+    def _set_fatal(self, message: str) -> None:
+        log.error("resident transport: %s", message)
+        with self._lock:
+            self._fatal = message
+            pending = self._take_all_pending()
+            self._lock.notify_all()
+        for ticket, t0 in pending:
+            self._emit(ticket, TaskStatus.FAILED, None, t0, message)
+
+    def close(self, timeout: float = 30.0) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._closing.set()
+        deadline = time.monotonic() + timeout
+        try:
+            with self._lock:
+                pending = self._take_all_pending()
+                conns = list(self._conns)
+            for ticket, t0 in pending:
+                self._emit(ticket, TaskStatus.CANCELLED, None, t0)
+            exit_frame = encode_frame("exit")
+            for conn in conns:
+                self._send(conn, exit_frame)
+            job = self._job_thread
+            if job is not None:
+                job.join(max(0.0, min(_EXIT_WAIT, deadline - time.monotonic())))
+                if job.is_alive():
+                    log.warning("resident transport: workers did not leave; cancelling the job")
+                    try:
+                        self.spark.interruptTag(self._tag)
+                    except Exception:
+                        log.debug("interruptTag failed", exc_info=True)
+                    job.join(max(0.0, deadline - time.monotonic()))
+        finally:
+            if self._server is not None:
+                try:
+                    self._server.close()
+                except OSError:
+                    pass
+            with self._lock:
+                conns = list(self._conns)
+            for conn in conns:
+                self._drop(conn, "transport closed")
+            for t in self._threads:
+                t.join(max(0.1, deadline - time.monotonic()))
+            with self._lock:
+                self._copies.clear()
+                self._copy_refs.clear()
+        alive = [t.name for t in self._threads if t.is_alive()]
+        if self._job_thread is not None and self._job_thread.is_alive():
+            alive.append(self._job_thread.name)
+        if alive:
+            raise RuntimeError(
+                f"resident transport threads did not stop within {timeout}s: {alive}"
+            )
+
+    # --- submit / cancel ----------------------------------------------------------------------
+    def submit(self, ticket: TaskTicket, call: TaskCall) -> None:
+        if self._closed:
+            raise RuntimeError("transport is closed")
+        t0 = time.monotonic()
+        with self._lock:
+            if self._fatal is not None:
+                fatal = self._fatal
+                conn = None
+            else:
+                fatal = None
+                conn = self._owners.get(ticket.block)
+                if conn is None:
+                    self._pending.setdefault(ticket.block, deque()).append((ticket, call, t0))
+                    self._where[ticket.task_id] = None
+                    return
+                self._where[ticket.task_id] = conn
+                conn.in_flight[ticket.task_id] = (ticket, t0)
+        if fatal is not None:
+            self._emit(ticket, TaskStatus.FAILED, None, t0, fatal)
+            return
+        assert conn is not None
+        try:
+            self._send_ticket(conn, ticket, call)
+        except UnsupportedValue:
+            if self._take(ticket.task_id) is not None:
+                raise  # the engine fails the dispatch; nothing was sent
+
+    def _send_ticket(self, conn: _Conn, ticket: TaskTicket, call: TaskCall) -> None:
+        model = call.model_ref.value if call.model_ref is not None else None
+        version = call.version
+        fields: dict[str, Any] = {"id": ticket.task_id, "b": ticket.block, "v": version}
+        delay = call.delay
+        if delay != NO_DELAY:
+            fields["d"] = [delay.sleep_seconds, delay.slow_executor, delay.slow_factor]
+        with conn.send_lock:
+            if conn.closed:
+                return  # its drop already failed this ticket
+            mode, base, part = self._model_part(conn, version, model)
+            fields["m"] = mode
+            if base is not None:
+                fields["base"] = base
+            parts = encode_frame("ticket", fields, (part, call.args))
+            self._hold(conn, version, model, mode, sum(len(p) for p in parts))
+            try:
+                send_frame(conn.sock, parts)
+                conn.last_sent = time.monotonic()
+            except OSError as exc:
+                send_error: OSError | None = exc
+            else:
+                send_error = None
+        if send_error is not None:
+            self._drop(conn, f"send failed: {send_error}")
+
+    def _model_part(self, conn: _Conn, version: int, model: Any) -> tuple[str, int | None, Any]:
+        """How ``version`` travels to this worker: ``held`` (it has it), a ``delta`` against the
+        newest version it holds (when smaller), or in ``full``."""
+        with self._lock:
+            if version in conn.held:
+                return "held", None, None
+            base_version = next(reversed(conn.held)) if conn.held else None
+            base = None if base_version is None else self._copies.get(base_version)
+        if (
+            isinstance(model, np.ndarray)
+            and model.dtype in _DELTA_DTYPES
+            and model.size >= _DELTA_MIN_SIZE
+            and base_version is not None
+        ):
+            if (
+                isinstance(base, np.ndarray)
+                and base.shape == model.shape
+                and base.dtype == model.dtype
+            ):
+                delta = _delta(base, model)
+                if delta is not None:
+                    return "delta", base_version, delta
+        return "full", None, model
+
+    def _hold(self, conn: _Conn, version: int, model: Any, mode: str, nbytes: int) -> None:
+        """Record that the worker now holds ``version`` (the same rule as its own store)."""
+        with self._lock:
+            self.stats[f"model_{mode}"] += 1
+            self.stats["tickets"] += 1
+            self.stats["ticket_bytes"] += nbytes
+            if conn.closed:
+                return
+            if mode == "held":
+                conn.held.move_to_end(version)
+                return
+            conn.held[version] = None
+            conn.held.move_to_end(version)
+            if version not in self._copies:
+                # a copy: the delta base must be what the worker holds, even if the caller later
+                # changes its array in place
+                self._copies[version] = (
+                    np.array(model, copy=True) if isinstance(model, np.ndarray) else None
+                )
+            self._copy_refs[version] += 1
+            while len(conn.held) > self.max_versions:
+                old, _ = conn.held.popitem(last=False)
+                self._unref_copy(old)
+
+    def _unref_copy(self, version: int) -> None:
+        self._copy_refs[version] -= 1
+        if self._copy_refs[version] <= 0:
+            del self._copy_refs[version]
+            self._copies.pop(version, None)
+
+    def cancel(self, ticket: TaskTicket) -> None:
+        with self._lock:
+            if ticket.task_id not in self._where:
+                return
+            conn = self._where[ticket.task_id]
+            if conn is None:  # still waiting for its block's worker
+                taken = self._take_locked(ticket.task_id)
+            else:
+                taken = None
+        if conn is None:
+            if taken is not None:
+                self._emit(taken[0], TaskStatus.CANCELLED, None, taken[1])
+            return
+        self._send(conn, encode_frame("cancel", {"id": ticket.task_id}))
+
+    def _send(self, conn: _Conn, parts: list[Any], lock_timeout: float = -1) -> bool:
+        if not conn.send_lock.acquire(timeout=lock_timeout):
+            return False
+        try:
+            if conn.closed:
+                return False
+            send_frame(conn.sock, parts)
+            conn.last_sent = time.monotonic()
+            return True
+        except OSError as exc:
+            error: OSError | None = exc
+        finally:
+            conn.send_lock.release()
+        self._drop(conn, f"send failed: {error}")
+        return False
+
+    # --- bookkeeping of tickets -----------------------------------------------------------------
+    def _take(self, task_id: int) -> tuple[TaskTicket, float] | None:
+        with self._lock:
+            return self._take_locked(task_id)
+
+    def _take_locked(self, task_id: int) -> tuple[TaskTicket, float] | None:
+        if task_id not in self._where:
+            return None
+        conn = self._where.pop(task_id)
+        if conn is not None:
+            return conn.in_flight.pop(task_id, None)
+        for block, waiting in self._pending.items():
+            for item in waiting:
+                if item[0].task_id == task_id:
+                    waiting.remove(item)
+                    if not waiting:
+                        del self._pending[block]
+                    return item[0], item[2]
+        return None
+
+    def _take_all_pending(self) -> list[tuple[TaskTicket, float]]:
+        out = []
+        for waiting in self._pending.values():
+            for ticket, _call, t0 in waiting:
+                self._where.pop(ticket.task_id, None)
+                out.append((ticket, t0))
+        self._pending.clear()
+        return out
+
+    def _emit(
+        self,
+        ticket: TaskTicket,
+        status: TaskStatus,
+        report: TaskReport | None,
+        t0: float,
+        error: str | None = None,
+    ) -> None:
+        self.outcomes.put(Outcome(ticket, status, report, time.monotonic() - t0, error))
+
+    # --- connections --------------------------------------------------------------------------
+    def _accept_loop(self) -> None:
+        server = self._server
+        assert server is not None
+        while not self._closing.is_set():
+            try:
+                sock, addr = server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return  # closed
+            peer = f"{addr[0]}:{addr[1]}"
+            if not self._handshakes.acquire(blocking=False):
+                log.warning("resident transport: refused %s: too many handshakes at once", peer)
+                sock.close()
+                continue
+            self._spawn(self._serve, f"async-spark-resident-{peer}", sock, peer)
+
+    def _serve(self, sock: socket.socket, peer: str) -> None:
+        conn: _Conn | None = None
+        stream = None
+        reason = "connection closed"
+        try:
+            try:
+                set_nodelay(sock)
+                server_handshake(sock, self._secret, timeout=self.handshake_timeout)
+            except (WireError, OSError) as exc:
+                log.warning("resident transport: refused connection from %s: %s", peer, exc)
+                return
+            finally:
+                self._handshakes.release()
+            stream = sock.makefile("rb", buffering=1 << 16)
+            sock.settimeout(self.handshake_timeout)  # the hello must follow at once
+            hello = read_frame(stream, self.max_frame_bytes)
+            sock.settimeout(None)
+            conn = self._register(sock, peer, hello.kind, hello.fields)
+            while True:
+                frame = read_frame(stream, self.max_frame_bytes)
+                conn.last_seen = time.monotonic()
+                self._on_frame(conn, frame.kind, frame.fields, frame.payload)
+        except ConnectionClosed as exc:
+            reason = str(exc)
+            if conn is None and not self._closing.is_set():
+                log.warning("resident transport: closed connection from %s: %s", peer, exc)
+        except (WireError, OSError) as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+            if not self._closing.is_set():
+                who = peer if conn is None else f"{peer} ({conn})"
+                log.warning("resident transport: closed connection from %s: %s", who, reason)
+        finally:
+            if conn is not None:
+                self._drop(conn, reason)
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            if stream is not None:
+                stream.close()
+            sock.close()
+
+    def _register(self, sock: socket.socket, peer: str, kind: str, f: dict[str, Any]) -> _Conn:
+        if kind != "hello":
+            raise BadHeader(f"expected a hello, got {kind!r}")
+        blocks = f.get("blocks")
+        if f.get("run") != self.run_id:
+            raise BadHeader("hello from another run")
+        if not (
+            isinstance(blocks, list)
+            and len(set(blocks)) == len(blocks) <= self.num_blocks
+            and all(type(b) is int and 0 <= b < self.num_blocks for b in blocks)
+        ):
+            raise BadHeader(f"hello announces bad blocks {str(blocks)[:80]}")
+        try:
+            conn = _Conn(sock, peer, f)
+        except (TypeError, ValueError) as exc:
+            raise BadHeader(f"bad hello: {exc}") from None
+        with self._lock:
+            replaced = {self._owners[b] for b in conn.blocks if b in self._owners}
+        for old in replaced:
+            self._drop(old, f"its blocks were announced again by {conn}")
+        with self._lock:
+            if self._closing.is_set():
+                raise ConnectionClosed("transport closing")
+            self._conns.add(conn)
+            flush = []
+            for b in conn.blocks:
+                self._owners[b] = conn
+                for ticket, call, t0 in self._pending.pop(b, ()):
+                    self._where[ticket.task_id] = conn
+                    conn.in_flight[ticket.task_id] = (ticket, t0)
+                    flush.append((ticket, call))
+            self._lock.notify_all()
+        log.info("resident transport: %s connected", conn)
+        for ticket, call in flush:
+            try:
+                self._send_ticket(conn, ticket, call)
+            except UnsupportedValue as exc:
+                taken = self._take(ticket.task_id)
+                if taken is not None:
+                    self._emit(ticket, TaskStatus.FAILED, None, taken[1], str(exc))
+        return conn
+
+    def _on_frame(self, conn: _Conn, kind: str, f: dict[str, Any], payload: Any) -> None:
+        if kind == "hb":
+            return
+        task_id = f.get("id")
+        if type(task_id) is not int or kind not in ("result", "error", "cancelled"):
+            raise BadHeader(f"unexpected message {kind!r}")
+        with self._lock:
+            if self._where.get(task_id) is conn:
+                del self._where[task_id]
+                taken = conn.in_flight.pop(task_id, None)
+            else:
+                taken = None
+        if taken is None:
+            return  # cancelled or failed meanwhile (or from a dropped session)
+        ticket, t0 = taken
+        if kind == "result":
+            compute, sleep = f.get("c"), f.get("s")
+            if not (isinstance(compute, int | float) and isinstance(sleep, int | float)):
+                self._emit(ticket, TaskStatus.FAILED, None, t0, "malformed result")
+                raise BadHeader("a result needs numeric 'c' and 's'")
+            report = TaskReport(
+                task_id, payload, float(compute), float(sleep), conn.executor, conn.pid
+            )
+            self._emit(ticket, TaskStatus.OK, report, t0)
+        elif kind == "error":
+            self._emit(ticket, TaskStatus.FAILED, None, t0, str(f.get("e", "task failed")))
+        else:
+            self._emit(ticket, TaskStatus.CANCELLED, None, t0)
+
+    def _drop(self, conn: _Conn, reason: str) -> None:
+        """Forget a connection: its tickets in flight fail (are cancelled, when closing), its
+        blocks wait for a new announcement."""
+        with self._lock:
+            if conn.closed:
+                return
+            conn.closed = True
+            self._conns.discard(conn)
+            for b in conn.blocks:
+                if self._owners.get(b) is conn:
+                    del self._owners[b]
+            flights = list(conn.in_flight.values())
+            conn.in_flight.clear()
+            for ticket, _ in flights:
+                self._where.pop(ticket.task_id, None)
+            for version in conn.held:
+                self._unref_copy(version)
+            conn.held.clear()
+        closing = self._closing.is_set()
+        if not closing:
+            log.warning(
+                "resident transport: %s dropped (%s): %d task(s) in flight fail, its blocks wait "
+                "for a task to announce them",
+                conn,
+                reason,
+                len(flights),
+            )
+        status = TaskStatus.CANCELLED if closing else TaskStatus.FAILED
+        error = None if closing else f"resident {conn} lost: {reason}"
+        for ticket, t0 in flights:
+            self._emit(ticket, status, None, t0, error)
+        try:
+            conn.sock.shutdown(socket.SHUT_RDWR)  # wakes its reader thread
+        except OSError:
+            pass
+
+    def _monitor_loop(self) -> None:
+        tick = min(0.5, self.heartbeat_seconds / 2)
+        beat = encode_frame("hb")
+        while not self._closing.wait(tick):
+            now = time.monotonic()
+            with self._lock:
+                conns = list(self._conns)
+                expired = []
+                for block, waiting in list(self._pending.items()):
+                    while waiting and now - waiting[0][2] > self.submit_wait:
+                        ticket, _call, t0 = waiting.popleft()
+                        self._where.pop(ticket.task_id, None)
+                        expired.append((ticket, t0))
+                    if not waiting:
+                        del self._pending[block]
+            for ticket, t0 in expired:
+                self._emit(
+                    ticket,
+                    TaskStatus.FAILED,
+                    None,
+                    t0,
+                    f"block {ticket.block} has no connected resident worker (waited "
+                    f"{self.submit_wait:.0f} s)",
+                )
+            for conn in conns:
+                if now - conn.last_seen > self.silence_seconds:
+                    self._drop(conn, f"silent for {now - conn.last_seen:.1f} s")
+                elif now - conn.last_sent >= self.heartbeat_seconds:
+                    self._send(conn, beat, lock_timeout=tick)
+
+    # --- observability and drills --------------------------------------------------------------
+    def workers(self) -> list[dict[str, Any]]:
+        """The connected workers: blocks, executor, Python pid, Spark partition and attempt."""
+        with self._lock:
+            return [
+                {
+                    "blocks": list(c.blocks),
+                    "executor": c.executor,
+                    "pid": c.pid,
+                    "partition": c.partition,
+                    "attempt": c.attempt,
+                    "in_flight": len(c.in_flight),
+                    "versions_held": list(c.held),
+                }
+                for c in sorted(self._conns, key=lambda c: c.partition)
+            ]
+
+    def disconnect(self, block: int) -> bool:
+        """Drop the connection of the worker that owns ``block`` (fault drills and tests); the
+        worker reconnects within ``reconnect_seconds``. False if none is connected."""
+        with self._lock:
+            conn = self._owners.get(block)
+        if conn is None:
+            return False
+        self._drop(conn, "disconnected on request")
+        return True
+
+
+def _delta(base: np.ndarray, new: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(indices, new values) of the entries whose bits differ, when that is smaller than ``new``."""
+    bits = _UINT[new.dtype.itemsize]
+    new = np.ascontiguousarray(new)
+    b = base.reshape(-1).view(bits)
+    n = new.reshape(-1).view(bits)
+    step = max(1, n.size // 256)
+    sample = b[::step] != n[::step]
+    if 2 * int(np.count_nonzero(sample)) > sample.size:  # most entries changed: send in full
+        return None
+    changed = np.flatnonzero(b != n)
+    index_dtype = np.int32 if n.size < 2**31 else np.int64
+    index_bytes = np.dtype(index_dtype).itemsize
+    if changed.size * (index_bytes + new.dtype.itemsize) >= new.nbytes:
+        return None
+    return changed.astype(index_dtype), n[changed].view(new.dtype)

@@ -1,0 +1,641 @@
+"""The resident transport: wire format, handshake, and the engine on real Spark (the shared
+local[4,2] session, and a local-cluster[2,1,1024] with two executor processes in its own process).
+
+Run as a script (``python test_resident.py MASTER``) this file is the cluster test's driver.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import pytest
+
+from async_spark.engine import AsyncEngine, LocalTransport, Policy, StragglerModel, wire
+from async_spark.engine.resident import ResidentTransport, _apply_delta, _delta
+
+# --- task functions (they travel to the Python workers by value) ----------------------------------
+D = 64
+
+
+def block_coefficients(block):
+    rng = np.random.default_rng(1000 + block)
+    return rng.standard_normal(D), rng.standard_normal(D)
+
+
+def affine_task(block, model, args):
+    """Elementwise only (no reductions, no BLAS): bit-identical on any process."""
+    a, c = block_coefficients(block)
+    return a * model + c
+
+
+def echo_task(block, model, args):
+    return (model, args)
+
+
+def sleepy_task(block, model, args):
+    time.sleep(0.002)
+    return block
+
+
+def sleepy_engine(transport, policy=None, model=None, **options):
+    """Four blocks of a 2 ms no-op task, fully asynchronous unless told."""
+    return AsyncEngine(
+        transport,
+        sleepy_task,
+        num_blocks=4,
+        policy=policy or Policy.asynchronous(),
+        initial_model=model,
+        **options,
+    )
+
+
+def sum_of_blocks_run(transport, rounds=8, P=4):
+    """A synchronous run: each round, w <- 0.5 w + mean over blocks of (a_b * w + c_b)."""
+    w = np.linspace(-1.0, 1.0, D)
+    executors, payloads = set(), {}
+    with AsyncEngine(
+        transport, affine_task, num_blocks=P, policy=Policy.sync(), initial_model=w, run_name="sum"
+    ) as eng:
+        for r in eng.results():
+            payloads[r.block] = r.payload
+            executors.add(r.executor)
+            if len(payloads) == P:
+                total = np.zeros(D)
+                for b in range(P):  # in block order: the same additions on every transport
+                    total = total + payloads[b]
+                w = 0.5 * w + total / P
+                payloads = {}
+                eng.publish(w)
+                if eng.version == rounds:
+                    break
+        assert eng.core.accounting_closes()
+    return w, executors
+
+
+# =================================================================================================
+# wire.py
+# =================================================================================================
+class Args(NamedTuple):
+    block_task: int
+    old_scalars: np.ndarray | None
+
+
+def roundtrip(payload, kind="x", fields=None):
+    a, b = socket.socketpair()
+    try:
+        parts = wire.encode_frame(kind, fields or {"n": 1}, payload)
+        t = threading.Thread(target=wire.send_frame, args=(a, parts))
+        t.start()
+        frame = wire.read_frame(b.makefile("rb"))
+        t.join()
+    finally:
+        a.close()
+        b.close()
+    assert frame.kind == kind and frame.fields == (fields or {"n": 1})
+    return frame.payload
+
+
+def same(x, y):
+    """Equal in type and bits, recursively."""
+    if isinstance(x, np.ndarray):
+        return (
+            isinstance(y, np.ndarray)
+            and x.shape == y.shape
+            and x.dtype.name == y.dtype.name
+            and np.ascontiguousarray(x).tobytes() == y.tobytes()
+        )
+    if isinstance(x, tuple | list):
+        return (type(x) is type(y) or (hasattr(x, "_fields") and y._fields == x._fields)) and all(
+            same(a, b) for a, b in zip(x, y, strict=True)
+        )
+    if isinstance(x, dict):
+        return isinstance(y, dict) and x.keys() == y.keys() and all(same(x[k], y[k]) for k in x)
+    if isinstance(x, float):
+        return isinstance(y, float) and struct.pack("<d", x) == struct.pack("<d", y)
+    return type(x) is type(y) and x == y
+
+
+@pytest.mark.parametrize("dtype", list(wire.DTYPES))
+@pytest.mark.parametrize("shape", [(), (0,), (7,), (3, 4), (2, 0, 3), (1, 2, 3, 2)])
+def test_wire_round_trips_every_dtype_and_shape(dtype, shape):
+    rng = np.random.default_rng(0)
+    arr = np.asarray(rng.standard_normal(shape) * 100).astype(dtype)
+    back = roundtrip(arr)
+    assert same(arr, back)
+    assert back.flags.writeable  # arrays arrive writable (a view of the received body)
+
+
+def test_wire_round_trips_nesting_scalars_and_layouts():
+    x = np.arange(12.0).reshape(3, 4)
+    special = np.array([np.nan, -0.0, np.inf, -np.inf, 5e-324])
+    payload = (
+        None,
+        True,
+        False,
+        -(2**62),
+        3.25,
+        float("nan"),
+        -0.0,
+        "naïve ✓",
+        [x, x.T, x[:, ::2]],  # Fortran order and strided views travel as C-order copies
+        {"w": x.astype(">f8"), "nested": ((np.int32(4), np.float32(0.5), np.bool_(True)),)},
+        Args(3, np.arange(3, dtype=np.int64)),
+        Args(0, None),
+        special,
+        [],
+        (),
+        {},
+    )
+    back = roundtrip(payload)
+    assert same(payload[:8], back[:8])
+    assert same([x, np.ascontiguousarray(x.T), np.ascontiguousarray(x[:, ::2])], back[8])
+    assert back[9]["w"].dtype == np.dtype("<f8") and np.array_equal(back[9]["w"], x)
+    assert back[9]["nested"] == ((4, 0.5, True),)
+    assert type(back[9]["nested"][0][0]) is int and type(back[9]["nested"][0][2]) is bool
+    nt = back[10]
+    assert nt.block_task == 3 and nt.old_scalars.tolist() == [0, 1, 2] and tuple(nt)[0] == 3
+    assert back[11] == (0, None) and back[11].old_scalars is None
+    assert special.tobytes() == back[12].tobytes()
+    assert back[13:] == ([], (), {})
+
+
+def test_wire_nesting_depth_bound():
+    deep = 1.0
+    for _ in range(wire.MAX_DEPTH):
+        deep = (deep,)
+    assert roundtrip(deep) == deep
+    with pytest.raises(wire.UnsupportedValue, match="deeper"):
+        wire.encode_frame("x", {}, (deep,))
+
+
+@pytest.mark.parametrize(
+    "value, match",
+    [
+        (np.array([1 + 2j]), "complex128"),
+        (np.array(["a"]), "<U1"),
+        (np.array([object()]), "object"),
+        ({1: 2}, "keys must be str"),
+        ({1, 2}, "cannot send a set"),
+        (b"bytes", "cannot send a bytes"),
+        (np.zeros(2, dtype=np.float16), "float16"),
+    ],
+)
+def test_wire_refuses_values_that_cannot_travel(value, match):
+    with pytest.raises(wire.UnsupportedValue, match=match):
+        wire.encode_frame("x", {}, value)
+
+
+def frame_bytes(header: dict, body: bytes = b"", magic=wire.MAGIC, head_len=None, body_len=None):
+    head = json.dumps(header).encode()
+    prefix = wire.PREFIX.pack(
+        magic,
+        len(head) if head_len is None else head_len,
+        len(body) if body_len is None else body_len,
+    )
+    return prefix + head + body
+
+
+@pytest.mark.parametrize(
+    "raw, error, match",
+    [
+        (frame_bytes({"k": "x"}, magic=b"HTTP"), wire.BadMagic, "bad magic"),
+        (frame_bytes({"k": "x"}, head_len=wire.MAX_HEADER_BYTES + 1), wire.FrameTooLarge, "header"),
+        (frame_bytes({"k": "x"}, body_len=1 << 40), wire.FrameTooLarge, "body of 1099511627776"),
+        (frame_bytes({"k": "x", "a": [["complex128", [1]]]}, b"\0" * 16), wire.BadDtype, "complex"),
+        (frame_bytes({"k": "x", "a": [["object", [1]]]}, b"\0" * 8), wire.BadDtype, "unknown"),
+        (frame_bytes({"k": "x", "a": [["float64", [3]]]}, b"\0" * 16), wire.BadShape, "needs 24"),
+        (frame_bytes({"k": "x", "a": [["float64", [1]]]}, b"\0" * 16), wire.BadShape, "take 8"),
+        (frame_bytes({"k": "x", "a": [["float64", [-1]]]}, b"\0" * 8), wire.BadShape, "bad shape"),
+        (frame_bytes({"k": "x", "a": [["float64", [True]]]}, b"\0" * 8), wire.BadShape, "shape"),
+        (
+            frame_bytes({"k": "x", "a": [["float64", [1]]]}, b"\0" * 8)[:-3],
+            wire.TruncatedFrame,
+            "body",
+        ),
+        (frame_bytes({"k": "x"})[:-2], wire.TruncatedFrame, "header ended"),
+        (frame_bytes({"k": "x"})[:7], wire.TruncatedFrame, "prefix ended after 7"),
+        (wire.PREFIX.pack(wire.MAGIC, 3, 0) + b"{x}", wire.BadHeader, "not valid JSON"),
+        (wire.PREFIX.pack(wire.MAGIC, 2, 0) + b"\xff\xfe", wire.BadHeader, "not valid JSON"),
+        (frame_bytes([1, 2]), wire.BadHeader, "JSON object"),
+        (frame_bytes({"k": "x", "p": {"a": 0}}), wire.BadHeader, "out of range"),
+        (frame_bytes({"k": "x", "p": {"zz": 1}}), wire.BadHeader, "unknown payload node"),
+        (
+            frame_bytes({"k": "x", "p": {"n": "T", "f": ["__class__"], "v": [1]}}),
+            wire.BadHeader,
+            "named",
+        ),
+        (frame_bytes({"k": "x", "p": {"n": "a b", "f": ["x"], "v": [1]}}), wire.BadHeader, "named"),
+        (frame_bytes({"k": "x", "p": {"n": "T", "f": ["if"], "v": [1]}}), wire.BadHeader, "named"),
+        (
+            frame_bytes({"k": "x", "p": {"n": "T", "f": ["x"], "v": [1, 2]}}),
+            wire.BadHeader,
+            "match",
+        ),
+        (
+            frame_bytes({"k": "x", "p": json.loads('{"t": [' * 40 + "1" + "]}" * 40)}),
+            wire.BadHeader,
+            "deeper",
+        ),
+        (
+            wire.PREFIX.pack(wire.MAGIC, 20_001, 0) + b"[" * 20_000 + b"1",
+            wire.BadHeader,
+            "not valid JSON",
+        ),
+    ],
+)
+def test_wire_refuses_bad_frames(raw, error, match):
+    with pytest.raises(error, match=match):
+        wire.read_frame(io.BytesIO(raw))
+
+
+def test_wire_clean_end_of_stream_and_limit():
+    with pytest.raises(wire.ConnectionClosed):
+        wire.read_frame(io.BytesIO(b""))
+    raw = b"".join(wire.encode_frame("x", {}, np.zeros(100)))
+    with pytest.raises(wire.FrameTooLarge):
+        wire.read_frame(io.BytesIO(raw), max_body_bytes=799)
+    assert wire.read_frame(io.BytesIO(raw), max_body_bytes=800).payload.shape == (100,)
+
+
+def _handshake_pair(server_secret, client_secret):
+    a, b = socket.socketpair()
+    errors = {}
+
+    def side(name, handshake, sock, secret):
+        try:
+            handshake(sock, secret, timeout=5)
+        except Exception as exc:  # noqa: BLE001
+            errors[name] = exc
+        finally:
+            sock.close()
+
+    t = threading.Thread(target=side, args=("server", wire.server_handshake, a, server_secret))
+    t.start()
+    side("client", wire.client_handshake, b, client_secret)
+    t.join()
+    return errors
+
+
+def test_handshake_proves_the_secret_both_ways():
+    assert _handshake_pair(b"s" * 32, b"s" * 32) == {}
+    errors = _handshake_pair(b"s" * 32, b"t" * 32)
+    assert isinstance(errors["server"], wire.AuthenticationFailed)
+    assert isinstance(errors["client"], wire.AuthenticationFailed)
+
+
+@pytest.mark.parametrize("dtype", list(wire.DTYPES))
+def test_delta_is_bit_exact_and_chosen_by_size(dtype):
+    rng = np.random.default_rng(3)
+    if dtype.startswith("float"):
+        base = rng.standard_normal(1000).astype(dtype)
+    else:
+        base = rng.integers(0, 100, 1000).astype(dtype)
+    new = base.copy()
+    changed = [3, 500, 999]
+    new[changed] = ~new[changed] if dtype == "bool" else new[changed] + 1
+    if dtype.startswith("float"):
+        # compared as bits: 0.0 -> -0.0 is a change, the same nan is not
+        base[10], new[10] = 0.0, -0.0
+        base[12] = new[12] = np.nan
+        changed = [3, 10, 500, 999]
+    delta = _delta(base, new)
+    assert delta is not None and delta[0].tolist() == changed
+    out = _apply_delta(base, *delta)
+    assert out.tobytes() == new.tobytes()
+    assert _delta(base, base.copy())[0].size == 0
+    dense = np.roll(base, 1) if dtype != "bool" else ~base
+    assert _delta(base, dense) is None  # most entries changed: the full array is smaller
+
+
+# =================================================================================================
+# on Spark: the shared local[4,2] session
+# =================================================================================================
+spark_only = pytest.mark.spark
+
+
+def _register_by_value():
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+@spark_only
+def test_sync_run_is_bit_identical_to_local_and_versions_travel_once(spark):
+    _register_by_value()
+    local_w, _ = sum_of_blocks_run(LocalTransport())
+    transport = ResidentTransport(spark)
+    resident_w, executors = sum_of_blocks_run(transport)
+    assert resident_w.tobytes() == local_w.tobytes()
+    assert transport.num_tasks == 4 and len(executors) == 1  # local mode: the driver's JVM
+    # 8 rounds: each version reaches each of the 4 workers once (full or delta)
+    assert transport.stats["tickets"] == 32
+    assert transport.stats["model_full"] + transport.stats["model_delta"] == 32
+
+
+@spark_only
+def test_async_run_echoes_every_version_exactly_through_deltas(spark):
+    _register_by_value()
+    transport = ResidentTransport(spark, max_versions=3)
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal(500)
+    w[:3] = [np.nan, -0.0, np.inf]
+    published = {0: w.copy()}
+    mismatches = 0
+    with AsyncEngine(
+        transport,
+        echo_task,
+        num_blocks=6,
+        policy=Policy.asynchronous(),
+        initial_model=w.copy(),
+        task_args=lambda t: Args(t.block_task, np.full(2, float(t.block))),
+        validate_payload=lambda payload: True,  # the model holds nan and inf on purpose
+    ) as eng:
+        n = 0
+        for r in eng.results():
+            model, args = r.payload
+            mismatches += model.tobytes() != published[r.version].tobytes()
+            assert args.block_task >= 0 and args.old_scalars.tolist() == [r.block] * 2
+            n += 1
+            w = w.copy()
+            w[rng.integers(500, size=3)] = rng.standard_normal(3)  # a sparse change
+            if n % 10 == 0:
+                w = w + 1.0  # now and then a dense one
+            published[eng.publish(w)] = w.copy()
+            if n == 200:
+                break
+        assert eng.core.accounting_closes()
+    assert mismatches == 0
+    assert transport.num_tasks == 4  # 6 blocks on 4 resident tasks (round-robin)
+    assert transport.stats["model_delta"] > 50 and transport.stats["model_full"] >= 4
+    assert transport.stats["model_held"] > 0  # two blocks of one worker read the same version
+
+
+def _bad_clients(address, secret):
+    """Connect as attackers and broken peers; return what each saw (closed by the server?)."""
+    host, port = address
+    seen = {}
+
+    def attempt(name, send_after_auth=None, secret_used=secret, raw=None):
+        with socket.create_connection((host, port), timeout=10) as s:
+            try:
+                if raw is not None:
+                    s.sendall(raw)
+                else:
+                    wire.client_handshake(s, secret_used, timeout=10)
+                    s.sendall(send_after_auth)
+                    if name == "truncated":
+                        s.shutdown(socket.SHUT_WR)
+                s.settimeout(10)
+                while s.recv(1 << 16):  # until the server closes it
+                    pass
+                seen[name] = True
+            except wire.AuthenticationFailed:
+                seen[name] = True  # the server closed it without proving the secret
+            except ConnectionResetError:
+                seen[name] = True
+
+    attempt("wrong secret", secret_used=b"x" * 32)
+    attempt("not our protocol", raw=b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + b"\0" * 64)
+    hello = frame_bytes({"k": "hello", "f": {}})
+    attempt("truncated", send_after_auth=hello[:-5])
+    attempt("huge", send_after_auth=wire.PREFIX.pack(wire.MAGIC, 10, 1 << 50))
+    attempt(
+        "dtype", send_after_auth=frame_bytes({"k": "hello", "a": [["complex64", [2]]]}, b"\0" * 16)
+    )
+    return seen
+
+
+@spark_only
+def test_bad_clients_are_refused_with_a_log_line_while_the_run_goes_on(spark, caplog):
+    _register_by_value()
+    caplog.set_level(logging.WARNING, logger="async_spark.engine.resident")
+    transport = ResidentTransport(spark, heartbeat_seconds=0.3, silence_seconds=3.0)
+    seen: dict = {}
+    with sleepy_engine(transport) as eng:
+        attacker = None
+        n = 0
+        for _ in eng.results():
+            n += 1
+            if n == 20:
+                attacker = threading.Thread(
+                    target=lambda: seen.update(_bad_clients(transport.address, transport._secret))
+                )
+                attacker.start()
+            if attacker is not None and not attacker.is_alive():
+                break
+        # a peer that authenticates, announces nothing and goes silent is dropped
+        with socket.create_connection(transport.address, timeout=10) as s:
+            wire.client_handshake(s, transport._secret)
+            hello = {"run": transport.run_id, "blocks": [], "executor": "x", "pid": 1}
+            wire.send_frame(s, wire.encode_frame("hello", hello))
+            s.settimeout(10)
+            while s.recv(1 << 16):  # heartbeats, then the close
+                pass
+        after = 0
+        for _ in eng.results():
+            after += 1
+            if after == 50:
+                break
+        counts = dict(eng.core.counts)
+        assert eng.core.accounting_closes()
+    assert seen == dict.fromkeys(
+        ["wrong secret", "not our protocol", "truncated", "huge", "dtype"], True
+    )
+    assert counts["failed"] == 0 and counts["accepted"] >= n + 50
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    for needle in (
+        "refused connection from 127.0.0.1",
+        "authentication failed",
+        "bad handshake magic",
+        "truncated frame",
+        "frame too large: body of 1125899906842624",
+        "unknown dtype 'complex64'",
+        "silent for",
+    ):
+        assert needle in text, (needle, text)
+
+
+def _pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@spark_only
+def test_a_killed_worker_and_a_dropped_socket_fail_their_tickets_and_the_run_finishes(spark):
+    _register_by_value()
+    transport = ResidentTransport(spark, submit_wait=60.0)
+    blocks_after: dict[str, set] = {"kill": set(), "drop": set()}
+    with sleepy_engine(transport, max_retries=10, backoff=0.2) as eng:
+        n = 0
+        phase = None
+        for r in eng.results():
+            n += 1
+            if phase is not None:
+                blocks_after[phase].add(r.block)
+            if n == 30:
+                (victim,) = [w for w in transport.workers() if w["blocks"] == [1]]
+                os.kill(victim["pid"], signal.SIGKILL)
+                phase = "kill"
+            if phase == "kill" and len(blocks_after["kill"]) == 4:
+                assert transport.disconnect(2)
+                phase = "drop"
+            if phase == "drop" and len(blocks_after["drop"]) == 4:
+                break
+            eng.publish(None)
+        workers = transport.workers()
+        counts = dict(eng.core.counts)
+        assert eng.core.accounting_closes()
+    assert counts["failed"] >= 2  # the killed worker's ticket and the dropped socket's
+    (block1,) = [w for w in workers if w["blocks"] == [1]]
+    assert block1["pid"] != victim["pid"] and block1["attempt"] == 1  # Spark's retry reconnected
+    (block2,) = [w for w in workers if w["blocks"] == [2]]
+    assert block2["attempt"] == 0  # the same task reconnected after its socket was dropped
+    assert not _pid_alive(victim["pid"])
+
+
+@spark_only
+def test_stragglers_sleep_and_obsolete_stragglers_are_cancelled(spark):
+    _register_by_value()
+    # a mild straggler: block 0 sleeps 1 x 0.05 s after each task, and says so
+    transport = ResidentTransport(spark)
+    with sleepy_engine(
+        transport,
+        stragglers=StragglerModel("intensity", intensity=1.0),
+        straggler_base_seconds=0.05,
+    ) as eng:
+        results = []
+        for r in eng.results():
+            results.append(r)
+            if len(results) >= 60 and sum(r.block == 0 for r in results) >= 2:
+                break
+    slept = {r.block: r.sleep_seconds for r in results}
+    assert slept[0] == pytest.approx(0.05) and all(slept[b] == 0 for b in (1, 2, 3))
+    per_block = [sum(r.block == b for r in results) for b in range(4)]
+    assert 2 * per_block[0] < min(per_block[1:])  # it straggles: fewer results
+
+    # a hopeless straggler (30 s) becomes obsolete under tau = 2: cancelled at once, wakes up
+    transport = ResidentTransport(spark)
+    start = time.monotonic()
+    with sleepy_engine(
+        transport,
+        Policy.asynchronous(tau=2),
+        np.zeros(3),
+        stragglers=StragglerModel("intensity", intensity=300.0),
+        straggler_base_seconds=0.1,
+    ) as eng:
+        accepted = []
+        for r in eng.results():
+            accepted.append(r)
+            eng.publish(np.full(3, float(eng.version + 1)))
+            if eng.core.counts["cancelled"] >= 2 and len(accepted) >= 40:
+                break
+    counts = dict(eng.core.counts)
+    assert eng.core.accounting_closes() and eng.core.in_flight == 0
+    assert time.monotonic() - start < 20  # a 30 s sleep would not let the run end
+    assert counts["cancelled"] >= 2 and all(r.block != 0 for r in accepted)
+
+
+@spark_only
+def test_start_names_the_address_when_no_task_connects(spark, monkeypatch):
+    with pytest.raises(ValueError, match="definite address"):
+        ResidentTransport(spark, host="0.0.0.0").start(2, 2, "x", task_fn=sleepy_task)
+    with pytest.raises(ValueError, match="needs the task function"):
+        ResidentTransport(spark).start(2, 2, "x")
+
+    def no_job(self):
+        self._closing.wait(30)
+
+    monkeypatch.setattr(ResidentTransport, "_run_job", no_job)
+    transport = ResidentTransport(spark, connect_timeout=1.0)
+    with pytest.raises(RuntimeError) as info:
+        transport.start(2, 2, "x", task_fn=sleepy_task)
+    message = str(info.value)
+    assert "\n" not in message and "127.0.0.1:" in message and "spark.driver.host" in message
+    assert transport._server is not None and transport._server.fileno() == -1  # closed
+
+
+# =================================================================================================
+# local-cluster: two executor processes (this file as the driver script, in its own process)
+# =================================================================================================
+def cluster_main(master):
+    from async_spark.engine import build_session
+
+    spark = build_session(
+        master,
+        app_name="async-spark-resident-cluster",
+        conf={
+            "spark.ui.enabled": "false",
+            "spark.driver.host": "127.0.0.1",
+            "spark.driver.bindAddress": "127.0.0.1",
+            "spark.executor.memory": "512m",
+        },
+    )
+    local_w, _ = sum_of_blocks_run(LocalTransport())
+    transport = ResidentTransport(spark, silence_seconds=5.0)
+    resident_w, executors = sum_of_blocks_run(transport)
+    # a second run stays up; the driver then dies without closing anything
+    transport = ResidentTransport(spark, silence_seconds=5.0)
+    eng = sleepy_engine(transport)
+    eng.start()
+    for i, _ in enumerate(eng.results()):
+        if i == 20:
+            break
+    out = {
+        "identical": resident_w.tobytes() == local_w.tobytes(),
+        "executors": sorted(executors),
+        "num_tasks": transport.num_tasks,
+        "worker_pids": [w["pid"] for w in transport.workers()],
+        # executor identities are host:pid of the executor JVMs
+        "executor_pids": sorted({int(e.rsplit(":", 1)[1]) for e in executors}),
+    }
+    print("RESULT-JSON " + json.dumps(out), flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@pytest.mark.cluster
+def test_local_cluster_results_from_both_executors_and_nothing_left_when_the_driver_dies():
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
+    proc = subprocess.run(
+        [sys.executable, str(Path(__file__)), "local-cluster[2,1,1024]"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+    )
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT-JSON ")]
+    assert lines, proc.stderr[-3000:]
+    out = json.loads(lines[-1].split(" ", 1)[1])
+    assert out["identical"] and out["num_tasks"] == 2
+    assert len(out["executors"]) == 2, out  # both executor processes served tickets
+    assert len(out["executor_pids"]) == 2 and len(out["worker_pids"]) == 2
+    # SIGKILL of the driver: every resident task and executor is gone within 30 s
+    deadline = time.monotonic() + 30
+    left = out["worker_pids"] + out["executor_pids"]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.5)
+        left = [p for p in left if _pid_alive(p)]
+    assert not left, f"still running 30 s after the driver died: {left}"
+
+
+if __name__ == "__main__":
+    cluster_main(sys.argv[1])
