@@ -20,6 +20,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 import numpy as np
 
@@ -146,6 +147,7 @@ class SchedulerCore:
         clock: Callable[[], float] = time.monotonic,
         initial_version: int = 0,
         block_tasks: list[int] | None = None,
+        bookkeeping: dict[str, Any] | None = None,
     ) -> None:
         policy.validate(num_blocks, max_in_flight)
         if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
@@ -199,6 +201,8 @@ class SchedulerCore:
         self.invalid = 0  # rejected because the result was invalid (part of "rejected")
         self.staleness_histogram: Counter[int] = Counter()  # accepted results
         self.rejected_staleness: Counter[int] = Counter()
+        if bookkeeping is not None:
+            self._restore(bookkeeping)
 
     # --- queries ------------------------------------------------------------------------------
     @property
@@ -438,6 +442,36 @@ class SchedulerCore:
                 "live_blocks": self.live_blocks,
                 "blocks": blocks,
             }
+
+    def bookkeeping(self) -> dict[str, Any]:
+        """The counters a resumed run continues from (plain JSON). Tasks in flight now will not
+        finish in the resumed run: they are counted as cancelled, so its accounting closes."""
+        with self._lock:
+            counts = dict(self.counts)
+            counts["cancelled"] += self.in_flight
+            return {
+                "counts": counts,
+                "invalid": self.invalid,
+                "staleness_histogram": [
+                    [k, v] for k, v in sorted(self.staleness_histogram.items())
+                ],
+                "rejected_staleness": [[k, v] for k, v in sorted(self.rejected_staleness.items())],
+            }
+
+    def _restore(self, saved: dict[str, Any]) -> None:
+        try:
+            counts = {k: int(saved["counts"][k]) for k in self.counts}
+            invalid = int(saved["invalid"])
+            hist = Counter({int(k): int(v) for k, v in saved["staleness_histogram"]})
+            rejected = Counter({int(k): int(v) for k, v in saved["rejected_staleness"]})
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"bookkeeping to resume from is malformed: {exc!r}") from None
+        if min(counts.values(), default=0) < 0 or invalid < 0:
+            raise ValueError(f"bookkeeping counts must be >= 0, got {counts}")
+        self.counts.update(counts)
+        self.invalid = invalid
+        self.staleness_histogram = hist
+        self.rejected_staleness = rejected
 
     def accounting_closes(self) -> bool:
         c = self.counts

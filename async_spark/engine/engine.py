@@ -109,9 +109,9 @@ class AsyncEngine:
         ``validate_payload(payload) -> bool`` on the driver; an invalid result is rejected and
         counted, and ``max_invalid`` in a row quarantine its block. Default: every number in the
         payload (arrays, tuples, lists, floats) is finite.
-    initial_version, block_tasks, elapsed_offset
-        Resume a run: the version clock, each block's task count (it seeds the tasks' samples)
-        and the seconds already trained.
+    initial_version, block_tasks, bookkeeping, elapsed_offset
+        Resume a run: the version clock, each block's task count (it seeds the tasks' samples),
+        the counters so far (:meth:`SchedulerCore.bookkeeping`) and the seconds already trained.
     """
 
     def __init__(
@@ -135,6 +135,7 @@ class AsyncEngine:
         clock: Callable[[], float] = time.monotonic,
         initial_version: int = 0,
         block_tasks: list[int] | None = None,
+        bookkeeping: dict[str, Any] | None = None,
         elapsed_offset: float = 0.0,
         validate_payload: Callable[[Any], bool] | None = None,
         max_invalid: int = 3,
@@ -148,6 +149,7 @@ class AsyncEngine:
             clock=clock,
             initial_version=initial_version,
             block_tasks=block_tasks,
+            bookkeeping=bookkeeping,
             max_invalid=max_invalid,
         )
         self.validate_payload = finite_payload if validate_payload is None else validate_payload

@@ -12,7 +12,10 @@ either the whole checkpoint or none; the last ``keep`` are kept. :func:`load_lat
 checksums and falls back to the previous checkpoint when the newest one is damaged.
 
 Everything needed to continue is here: the model, the rule's state (SAGA's table, momentum
-buffers, the step count), the version clock and each block's task count — which seeds the
+buffers, the step count), the version clock, the engine's counters (dispatched, accepted,
+rejected, cancelled, failed, staleness histograms; tasks in flight at the checkpoint count as
+cancelled), the straggler models' measured base time, the trace (rejected results included) and
+each block's task count — which seeds the
 samples of its next task, so that a synchronous seeded run resumed from a checkpoint draws the
 same samples and ends with exactly the same model as an uninterrupted run.
 """
@@ -25,7 +28,7 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +63,7 @@ class Checkpoint:
     config: dict[str, Any]
     trace: list[dict[str, Any]]
     snapshots: list[tuple[float, int, np.ndarray]]
+    engine: dict[str, Any] = field(default_factory=dict)  # the engine's counters, straggler base
 
 
 def _state_parts(state: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
@@ -132,6 +136,7 @@ def save_checkpoint(
     config: dict[str, Any],
     trace: list[dict[str, Any]],
     snapshots: list[tuple[float, int, np.ndarray]],
+    engine: dict[str, Any] | None = None,
     keep: int = 3,
 ) -> Path:
     """Write one checkpoint atomically under ``out_dir/checkpoints`` and keep the last ``keep``."""
@@ -158,6 +163,7 @@ def save_checkpoint(
             "config": config,
             "trace": trace,
             "snapshots": [[float(s), int(v)] for s, v, _ in snapshots],
+            "engine": engine or {},
         }
         (tmp / "state.json").write_text(json.dumps(meta))
         manifest = {name: _sha256(tmp / name) for name in ("arrays.npz", "state.json")}
@@ -205,6 +211,7 @@ def _load(path: Path) -> Checkpoint:
         config=meta["config"],
         trace=meta["trace"],
         snapshots=snapshots,
+        engine=meta.get("engine", {}),
     )
 
 

@@ -219,7 +219,9 @@ def train_linear(
         initial_model=current.theta,
         task_args=task_args,
         stragglers=config.straggler_model(),
-        straggler_base_seconds=config.straggler_base,
+        straggler_base_seconds=config.straggler_base
+        if resume is None or config.straggler_base is not None
+        else resume.engine.get("mean_task_seconds"),
         max_retries=config.max_retries,
         run_name=run_name,
         progress=False,  # the bar below shows the engine's figures
@@ -229,6 +231,7 @@ def train_linear(
             else {
                 "initial_version": resume.version,
                 "block_tasks": resume.block_tasks,
+                "bookkeeping": resume.engine.get("bookkeeping"),
                 "elapsed_offset": resume.seconds,
             }
         ),
@@ -279,8 +282,12 @@ def train_linear(
             state=current.state,
             block_tasks=engine.core.block_tasks(),
             config={**config.as_dict(), "dataset_id": desc.dataset_id},
-            trace=recorder.trace,
+            trace=recorder.trace + recorder.rejected_records(engine.trajectory),
             snapshots=recorder.snapshots,
+            engine={
+                "bookkeeping": engine.core.bookkeeping(),
+                "mean_task_seconds": engine.mean_task_seconds,
+            },
             keep=config.keep_checkpoints,
         )
 
@@ -300,7 +307,8 @@ def train_linear(
             )
             if recorder.checkpoints:
                 checkpoint(end.updates)  # the final state, whatever stopped the run
-            recorder.rejected(engine.trajectory)
+        # After close: results rejected while the run stopped are in the counts, so in the trace.
+        recorder.rejected(engine.trajectory)
     finally:
         recorder.close()
         if bar is not None:

@@ -176,20 +176,27 @@ class Recorder:
         if self.side is not None:
             self.side.close()
 
+    @staticmethod
+    def rejected_records(
+        trajectory: list[tuple[float, int, int, int, bool, str]],
+    ) -> list[dict[str, Any]]:
+        """The trace records of rejected results (staleness bound), marked as such."""
+        return [
+            {
+                "seconds": round(seconds, 6),
+                "version": version,
+                "staleness": staleness,
+                "block": block,
+                "objective": None,
+                "accepted": False,
+            }
+            for seconds, version, staleness, block, accepted, _ in trajectory
+            if not accepted
+        ]
+
     def rejected(self, trajectory: list[tuple[float, int, int, int, bool, str]]) -> None:
-        """Rejected results (staleness bound) join the trace, marked as such."""
-        for seconds, version, staleness, block, accepted, _ in trajectory:
-            if not accepted:
-                self.trace.append(
-                    {
-                        "seconds": round(seconds, 6),
-                        "version": version,
-                        "staleness": staleness,
-                        "block": block,
-                        "objective": None,
-                        "accepted": False,
-                    }
-                )
+        """Rejected results join the trace at the end of the run."""
+        self.trace.extend(self.rejected_records(trajectory))
 
     def finish(self, wall: float, version: int, model: np.ndarray) -> RunRecord:
         """Off the clock: the last snapshot, every objective in one job, the trace completed."""

@@ -57,6 +57,34 @@ def test_resumed_synchronous_run_ends_with_exactly_the_same_model(tmp_path, canc
     assert resumed.updates == 60
     versions = [t["version"] for t in resumed.trace]
     assert versions == sorted(versions) and versions[-1] == 60  # the trace continues
+    # The summary covers the whole run, not the resumed segment: every counter restored.
+    a, b = full.summary(), resumed.summary()
+    for key in ("dispatched", "results_accepted", "rejected", "cancelled", "failed"):
+        assert a[key] == b[key], key
+    assert a["staleness_histogram"] == b["staleness_histogram"]
+    assert [t["version"] for t in full.trace] == versions
+
+
+def test_resume_restores_rejected_results_and_closes_the_accounting(tmp_path, cancer):
+    """A staleness bound rejects results; those before the checkpoint stay in the trace and the
+    counters, and tasks in flight at the checkpoint are counted as cancelled."""
+    kw = dict(method="asgd", tau=0, stragglers="intensity:2.0", straggler_base=0.002)
+    train_linear(_cfg(tmp_path / "cut", max_updates=30, **kw), dataset=cancer)
+    ckpt = load_latest(tmp_path / "cut")
+    saved = ckpt.engine["bookkeeping"]["counts"]
+    rejected_before = [t for t in ckpt.trace if t.get("accepted") is False]
+    assert saved["rejected"] == len(rejected_before) > 0
+    resumed = train_linear(
+        _cfg(tmp_path / "cut", max_updates=50, **kw), dataset=cancer, resume=ckpt
+    )
+    snap = resumed.engine_snapshot["counts"]
+    assert snap["dispatched"] >= saved["dispatched"] and snap["rejected"] >= saved["rejected"]
+    assert snap["dispatched"] == sum(
+        snap[k] for k in ("accepted", "rejected", "cancelled", "failed", "in_flight")
+    )
+    rejected_after = [t for t in resumed.trace if t.get("accepted") is False]
+    assert rejected_after[: len(rejected_before)] == rejected_before
+    assert len(rejected_after) == snap["rejected"]
 
 
 def test_only_the_last_checkpoints_are_kept_and_damage_is_detected(tmp_path, cancer):
