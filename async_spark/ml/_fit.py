@@ -36,12 +36,12 @@ import numpy as np
 from async_spark.data.arrays import default_staging_dir
 from async_spark.data.dataset import open_dataset
 from async_spark.data.errors import DataError
-from async_spark.data.transform import MAX_CLASSES, TransformedSource
-from async_spark.models.linear import split_params
-from async_spark.solvers.config import MOMENTUM_METHODS, ConfigError, TrainConfig
+from async_spark.data.transform import MAX_CLASSES
+from async_spark.solvers.config import ConfigError, TrainConfig
 from async_spark.solvers.linear import TrainResult, train_linear
+from async_spark.solvers.outputs import original_scale
 
-from ._params import ParamValueError, _AsyncLinearParams
+from ._params import ParamValueError, _AsyncLinearParams, _param_name
 from .summary import AsyncTrainingSummary
 
 __all__ = ["FitOutput", "LabelStats", "fit_linear", "label_stats"]
@@ -175,51 +175,9 @@ def _staging_root(params: _AsyncLinearParams) -> str:
     return os.path.abspath(root)
 
 
-#: TrainConfig fields -> the Estimators' Params (the rest share their name).
-PARAM_NAMES = {
-    "step": "stepSize",
-    "l2": "regParam",
-    "l1": "regParam",
-    "batch_fraction": "batchFraction",
-    "partitions": "numPartitions",
-    "max_updates": "maxUpdates",
-    "time_budget": "timeBudget",
-    "eval_every": "evalEvery",
-    "momentum_damping": "momentumDamping",
-}
-
-
-def _param_name(field: str) -> str:
-    return PARAM_NAMES.get(field, field)
-
-
 def _train_config(params: _AsyncLinearParams, loss: str, partitions: int, data: str) -> TrainConfig:
-    lam, alpha = params.getRegParam(), params.getElasticNetParam()
-    method = params.getMethod()
-    step = params.getStepSize()
-    momentum = None
-    if method in MOMENTUM_METHODS and step > 0:
-        momentum = params.getMomentum()
-    budget = params.getTimeBudget()
     return TrainConfig(
-        data=data,
-        format="parquet",
-        loss=loss,
-        method=method,
-        l2=lam * (1.0 - alpha),
-        l1=lam * alpha,
-        step="auto" if step == 0.0 else step,
-        momentum=momentum,
-        batch_fraction=params.getBatchFraction(),
-        partitions=partitions,
-        beta=None if params.getBeta() == 0.0 else params.getBeta(),
-        tau=None if params.getTau() < 0 else params.getTau(),
-        stragglers=params.getStragglers(),
-        seed=params.getSeed(),
-        max_updates=params.getMaxUpdates(),
-        time_budget=None if budget == 0.0 else budget,
-        eval_every=params.getEvalEvery(),
-        quiet=not params.getShowProgress(),
+        data=data, format="parquet", loss=loss, partitions=partitions, **params._train_fields()
     )
 
 
@@ -377,20 +335,8 @@ def _fit_staged(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
-    W, b = _original_scale(result, source)
+    try:
+        W, b = original_scale(result.model, result.theta, source)
+    except FloatingPointError as exc:
+        raise FloatingPointError(f"{exc} (stepSize)") from None
     return FitOutput(W, b, AsyncTrainingSummary.from_result(result), result)
-
-
-def _original_scale(result: TrainResult, source: Any) -> tuple[np.ndarray, np.ndarray]:
-    r"""Weights for the raw features: with :math:`x' = (x - m)/s`,
-    :math:`w'^T x' + b' = (w'/s)^T x + (b' - (w'/s)^T m)`."""
-    w, b = split_params(result.model, result.theta)
-    W = np.atleast_2d(np.asarray(w, dtype=np.float64))
-    B = np.atleast_1d(np.asarray(b, dtype=np.float64)).copy()
-    if isinstance(source, TransformedSource) and source.scale is not None:
-        W = W / np.asarray(source.scale)[None, :]
-        if source.mean is not None:
-            B = B - W @ np.asarray(source.mean)
-    if not (np.all(np.isfinite(W)) and np.all(np.isfinite(B))):
-        raise FloatingPointError("the fitted coefficients are not finite; try a smaller stepSize")
-    return W, B

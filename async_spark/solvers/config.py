@@ -47,7 +47,7 @@ class TrainConfig:
     data: Any = "builtin:synthetic"
     format: str = "auto"
     num_features: int | None = None
-    standardize: bool = False
+    standardize: bool = True  # as pyspark.ml: train on scaled columns, report raw-scale weights
     loss: str = "logistic"
     method: str = "asaga"
     l2: float = 1e-4

@@ -74,6 +74,13 @@ class TrainResult:
     stopped_by: str
     snapshots: list[tuple[float, int, float]] = field(default_factory=list)
     momentum: dict[str, float] = field(default_factory=dict)
+    source: Any = None  # the blocks trained on (their standardization, to undo it)
+
+    def coefficients(self) -> tuple[np.ndarray, np.ndarray]:
+        """Weights ``(K, d)`` and intercepts ``(K,)`` for the raw (unstandardized) features."""
+        from .outputs import original_scale
+
+        return original_scale(self.model, self.theta, self.source)
 
     def summary(self) -> dict[str, Any]:
         c = self.engine_snapshot["counts"]
@@ -90,6 +97,7 @@ class TrainResult:
             "policy": self.engine_snapshot["policy"],
             "stragglers": self.engine_snapshot["stragglers"],
             "step": self.step,
+            "standardize": self.config.standardize,
             "l2": self.config.l2,
             "l1": self.config.l1,
             "batch_fraction": self.config.batch_fraction,
@@ -333,4 +341,5 @@ def train_linear(
         stopped_by=end.stopped_by,
         snapshots=record.snapshots,
         momentum={**step.info, "damping": config.momentum_damping} if row.momentum else {},
+        source=source,
     )

@@ -17,7 +17,14 @@ import numpy as np
 
 from async_spark.models.linear import split_params
 
-__all__ = ["atomic_write", "json_bytes", "jsonl_bytes", "load_linear_model", "write_run"]
+__all__ = [
+    "atomic_write",
+    "json_bytes",
+    "jsonl_bytes",
+    "load_linear_model",
+    "original_scale",
+    "write_run",
+]
 
 
 def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], object]) -> None:
@@ -48,11 +55,36 @@ def jsonl_bytes(records: Iterable[dict[str, Any]]) -> bytes:
     return b"".join((json.dumps(r) + "\n").encode() for r in records)
 
 
+def original_scale(model: Any, theta: np.ndarray, source: Any) -> tuple[np.ndarray, np.ndarray]:
+    r"""Weights ``(K, d)`` and intercepts ``(K,)`` for the raw features of a model trained on
+    standardized ones: with :math:`x' = (x - m)/s` (sparse data: :math:`m = 0`),
+    :math:`w'^T x' + b' = (w'/s)^T x + (b' - (w'/s)^T m)`. A source that standardizes nothing
+    gives the weights as they are."""
+    w, b = split_params(model, theta)
+    W = np.atleast_2d(np.asarray(w, dtype=np.float64))
+    B = np.atleast_1d(np.asarray(b, dtype=np.float64)).copy()
+    scale = getattr(source, "scale", None)
+    if scale is not None:
+        W = W / np.asarray(scale)[None, :]
+        mean = getattr(source, "mean", None)
+        if mean is not None:
+            B = B - W @ np.asarray(mean)
+    if not (np.all(np.isfinite(W)) and np.all(np.isfinite(B))):
+        raise FloatingPointError("the fitted coefficients are not finite; try a smaller step")
+    return W, B
+
+
 def write_run(result: Any, out_dir: str | os.PathLike[str]) -> None:
-    """Write a :class:`~async_spark.solvers.linear.TrainResult` into ``out_dir``."""
+    """Write a :class:`~async_spark.solvers.linear.TrainResult` into ``out_dir``.
+
+    ``model.npz`` holds ``weights`` and ``intercept`` for the raw features (a model trained on
+    standardized features is rescaled, see :func:`original_scale`): ``weights`` has shape ``(d,)``
+    and ``intercept`` is a scalar for one output, ``(K, d)`` and ``(K,)`` for softmax.
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    weights, intercept = split_params(result.model, result.theta)
+    W, B = original_scale(result.model, result.theta, result.source)
+    weights, intercept = (W[0], B[0]) if result.model.outputs == 1 else (W, B)
     summary = result.summary()
     trace = result.trace
     atomic_write(
