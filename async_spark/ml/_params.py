@@ -1,10 +1,14 @@
 """The Params shared by the asynchronous linear Estimators and their Models.
 
-Every numeric Param has a type converter that also checks the range, so a bad value is refused
-where it is set (``setRegParam(-1)``, ``AsyncLogisticRegression(regParam=-1)``, a
+Every numeric or choice Param has a type converter that also checks the range, so a bad value is
+refused where it is set (``setRegParam(-1)``, ``AsyncLogisticRegression(regParam=-1)``, a
 ``ParamGridBuilder`` map applied by ``copy``, or a saved model being loaded) with one
-``ValueError`` naming the Param and its accepted range. Combinations (e.g. ``beta`` with a
-synchronous method) are checked when :meth:`fit` starts.
+:class:`ParamValueError` naming the Param and its accepted range. The ranges are not written
+here: each converter calls the check of :mod:`async_spark.solvers.validation` that
+:class:`~async_spark.solvers.config.TrainConfig` (so the command line) uses for the same option,
+and says its :class:`~async_spark.solvers.validation.ConfigError` with the Params' names
+(:data:`PARAM_NAMES`). Combinations (e.g. ``beta`` with a synchronous method) are TrainConfig's
+rules too, checked when :meth:`fit` starts.
 
 Sentinels (so that every Param has a plain JSON default, as pyspark.ml writers need):
 
@@ -18,108 +22,156 @@ Sentinels (so that every Param has a plain JSON default, as pyspark.ml writers n
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from pyspark.ml.base import _PredictorParams
 from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark.ml.param.shared import (
+    HasElasticNetParam,
+    HasRegParam,
+    HasStandardization,
+)
 
+from async_spark.engine.policies import PartialBarrier, PolicyError, StalenessBound
 from async_spark.engine.stragglers import parse_stragglers
-from async_spark.solvers.config import LINEAR_METHODS, MOMENTUM_METHODS, SYNC_METHODS
+from async_spark.solvers.config import (
+    LINEAR_METHODS,
+    MOMENTUM_METHODS,
+    SYNC_METHODS,
+    ConfigError,
+    TrainConfig,
+)
+from async_spark.solvers.validation import (
+    check_choice,
+    check_fraction,
+    check_int,
+    check_number,
+    escape,
+    quote,
+)
 
-__all__ = ["_AsyncLinearParams", "ParamValueError"]
+__all__ = ["PARAM_NAMES", "ParamValueError", "_AsyncLinearParams"]
+
+T = TypeVar("T")
+
+#: TrainConfig fields -> the Estimators' Params (the rest share their name). Params that are no
+#: TrainConfig field (``elasticNetParam``, ``family``, ``threshold``) are checked under their own
+#: name.
+PARAM_NAMES = {
+    "step": "stepSize",
+    "l2": "regParam",
+    "l1": "regParam",
+    "batch_fraction": "batchFraction",
+    "partitions": "numPartitions",
+    "max_updates": "maxUpdates",
+    "time_budget": "timeBudget",
+    "eval_every": "evalEvery",
+    "momentum_damping": "momentumDamping",
+}
+
+
+def _param_name(field: str) -> str:
+    return PARAM_NAMES.get(field, field)
 
 
 class ParamValueError(ValueError):
     """A Param value outside its accepted range (the message names the Param)."""
 
 
-def _number(name: str, value: Any) -> float:
-    if isinstance(value, bool):
-        raise TypeError(f"{name} must be a number, got {value!r}")
-    try:
-        v = TypeConverters.toFloat(value)
-    except TypeError:
-        raise TypeError(f"{name} must be a number, got {value!r}") from None
-    if not math.isfinite(v):
-        raise ParamValueError(f"{name} must be a finite number, got {value!r}")
-    return v
+def _checked(
+    field: str,
+    to: Callable[[Any], T],
+    check: Callable[[str, T], T],
+    *,
+    unset: tuple[T, str] | None = None,
+) -> Callable[[Any], T]:
+    """A Param's type converter: the type from pyspark's ``TypeConverters`` (a ``TypeError``,
+    which pyspark prefixes with the Param's name), then the range of ``field`` from
+    :mod:`async_spark.solvers.validation`, the checks the command line uses, as a
+    :class:`ParamValueError` naming the Param. ``unset = (value, meaning)`` is the sentinel that
+    stands for "no value" (None or "auto" in TrainConfig): it is accepted as such, and
+    ``meaning`` is added to the message.
+    """
+    note = "" if unset is None else f" (or {unset[0]!r} for {unset[1]})"
 
-
-def _integer(name: str, value: Any) -> int:
-    if isinstance(value, bool):
-        raise TypeError(f"{name} must be an integer, got {value!r}")
-    try:
-        return TypeConverters.toInt(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an integer, got {value!r}") from None
-
-
-def _float_in(
-    name: str, lo: float, hi: float = math.inf, *, lo_open: bool = False, hi_open: bool = False
-) -> Callable[[Any], float]:
-    left, right = ("(" if lo_open else "["), (")" if hi_open or hi == math.inf else "]")
-    rng = f"{left}{lo:g}, {'inf' if hi == math.inf else format(hi, 'g')}{right}"
-
-    def convert(value: Any) -> float:
-        v = _number(name, value)
-        ok = (v > lo if lo_open else v >= lo) and (v < hi if hi_open else v <= hi)
-        if not ok:
-            raise ParamValueError(f"{name} must be in {rng}, got {value!r}")
-        return v
+    def convert(value: Any) -> T:
+        v = to(value)
+        if unset is not None and v == unset[0]:
+            return v
+        try:
+            return check(field, v)
+        except ConfigError as exc:
+            raise ParamValueError(exc.render(_param_name) + note) from None
 
     return convert
 
 
-def _int_at_least(name: str, lo: int) -> Callable[[Any], int]:
-    def convert(value: Any) -> int:
-        v = _integer(name, value)
-        if v < lo:
-            raise ParamValueError(f"{name} must be an integer >= {lo}, got {value!r}")
+# Local adapters, where TrainConfig.validate() has no check of validation.py to call: it writes
+# momentum's [0, 1) inline (validation.py has no interval check, which elasticNetParam and
+# threshold need too), and says the engine's PolicyError (beta, tau) and the straggler parser's
+# ValueError as a ConfigError the way these do.
+def _unit_interval(*, closed: bool) -> Callable[[str, float], float]:
+    right = "]" if closed else ")"
+
+    def check(field: str, value: float) -> float:
+        v = check_number(field, value, strict=False)
+        if v > 1 or (v == 1 and not closed):
+            raise ConfigError(field, f"must be in [0, 1{right}, got {quote(value)}")
         return v
 
-    return convert
+    return check
 
 
-def _step_size(value: Any) -> float:
-    if isinstance(value, str) and value.strip().lower() == "auto":
-        return 0.0
-    v = _number("stepSize", value)
-    if v < 0:
-        raise ParamValueError(
-            f"stepSize must be 'auto' (stored as 0.0) or a number > 0, got {value!r}"
-        )
-    return v
-
-
-def _one_of(name: str, choices: tuple[str, ...]) -> Callable[[Any], str]:
-    def convert(value: Any) -> str:
-        if not isinstance(value, str):
-            raise TypeError(f"{name} must be a string, one of {', '.join(choices)}; got {value!r}")
-        v = value.strip().lower()
-        if v not in choices:
-            raise ParamValueError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
-        return v
-
-    return convert
-
-
-def _stragglers(value: Any) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"stragglers must be a string, got {value!r}")
+def _straggler_model(field: str, value: str) -> str:
     try:
         parse_stragglers(value)
     except ValueError as exc:
-        raise ParamValueError(f"stragglers: {exc}") from None
+        raise ConfigError(field, f"is not valid: {escape(str(exc))}") from None
     return value.strip().lower()
 
 
-def _string(value: Any) -> str:
-    return TypeConverters.toString(value)
+def _policy_rule(rule: Callable[[Any], object]) -> Callable[[str, Any], Any]:
+    def check(field: str, value: Any) -> Any:
+        try:
+            rule(value)
+        except PolicyError as exc:
+            raise ConfigError(exc.field or field, f"is not valid: {escape(str(exc))}") from None
+        return value
+
+    return check
 
 
-class _AsyncLinearParams(_PredictorParams):
+def _at_least(low: int) -> Callable[[str, int], int]:
+    return lambda field, value: check_int(field, value, low)
+
+
+def _number(*, strict: bool = True) -> Callable[[str, float], float]:
+    return lambda field, value: check_number(field, value, strict=strict)
+
+
+def _one_of(choices: tuple[str, ...]) -> Callable[[str, str], str]:
+    return lambda field, value: check_choice(field, value, choices)
+
+
+def _word(value: Any) -> str:
+    return TypeConverters.toString(value).strip().lower()
+
+
+def _step(value: Any) -> float:
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return 0.0
+    try:
+        return TypeConverters.toFloat(value)
+    except TypeError:
+        raise TypeError(f"stepSize must be a number or 'auto', got {value!r}") from None
+
+
+_to_float = TypeConverters.toFloat
+_to_int = TypeConverters.toInt
+
+
+class _AsyncLinearParams(_PredictorParams, HasRegParam, HasElasticNetParam, HasStandardization):
     """Params of :class:`AsyncLogisticRegression`, :class:`AsyncLinearRegression` and their Models.
 
     The objective (as everywhere in async_spark, intercept unpenalized) is
@@ -132,104 +184,121 @@ class _AsyncLinearParams(_PredictorParams):
     pyspark.ml / glmnet parametrization, i.e. ``l2 = regParam·(1−α)`` and ``l1 = regParam·α`` for
     the solvers. With ``standardization`` the problem is solved (and penalized) on features scaled
     to unit variance and the coefficients are returned on the original scale, as pyspark.ml does.
+
+    ``regParam``, ``elasticNetParam`` and ``standardization`` come from pyspark's shared mixins
+    (``HasRegParam``, ``HasElasticNetParam``, ``HasStandardization``: same names, meanings,
+    defaults and getters). ``standardization`` is pyspark's Param as it is; the other two are
+    redefined with a converter that also checks the range, as pyspark's own
+    ``LogisticRegression`` redefines ``threshold``. Not adopted, their meaning differs:
+    ``HasStepSize`` (here 0.0 means auto and ``"auto"`` is accepted), ``HasSeed`` (any integer,
+    default a hash of the class name that its ``__init__`` sets through the converter; here an
+    integer >= 0, default 0), ``HasMaxIter`` (``maxUpdates`` counts stochastic updates, not
+    iterations), ``HasTol`` (no convergence test).
     """
 
     method: Param[str] = Param(
         Params._dummy(),
         "method",
-        "update rule: " + ", ".join(LINEAR_METHODS) + " (a* = asynchronous; sgd/saga/hb/ag/apg "
-        "are bulk-synchronous rounds).",
-        typeConverter=_one_of("method", LINEAR_METHODS),
+        "update rule: "
+        + ", ".join(LINEAR_METHODS)
+        + " ("
+        + ", ".join(SYNC_METHODS)
+        + " are bulk-synchronous rounds, the others asynchronous).",
+        typeConverter=_checked("method", _word, _one_of(LINEAR_METHODS)),
     )
     stepSize: Param[float] = Param(
         Params._dummy(),
         "stepSize",
         "step size > 0, or 0.0 / 'auto' for a step chosen from the data.",
-        typeConverter=_step_size,
+        typeConverter=_checked(
+            "step",
+            _step,
+            _number(),
+            unset=(0.0, "auto, a step chosen from the data; 'auto' is accepted too"),
+        ),
     )
     momentum: Param[float] = Param(
         Params._dummy(),
         "momentum",
         "momentum beta in [0, 1) for hb/ag/apg (and ahb/aag/aapg) with an explicit stepSize; "
         "ignored with stepSize auto (then chosen from (mu, L)).",
-        typeConverter=_float_in("momentum", 0.0, 1.0, hi_open=True),
+        typeConverter=_checked("momentum", _to_float, _unit_interval(closed=False)),
     )
     regParam: Param[float] = Param(
         Params._dummy(),
         "regParam",
-        "regularization parameter lambda >= 0.",
-        typeConverter=_float_in("regParam", 0.0),
+        HasRegParam.regParam.doc,
+        typeConverter=_checked("l2", _to_float, _number(strict=False)),
     )
     elasticNetParam: Param[float] = Param(
         Params._dummy(),
         "elasticNetParam",
-        "elastic net mixing alpha in [0, 1]: 0 is L2 (l2 = regParam (1 - alpha)), 1 is L1 "
-        "(l1 = regParam alpha).",
-        typeConverter=_float_in("elasticNetParam", 0.0, 1.0),
-    )
-    standardization: Param[bool] = Param(
-        Params._dummy(),
-        "standardization",
-        "scale the features to unit variance before fitting (dense data is also centered); "
-        "coefficients are returned on the original scale.",
-        typeConverter=TypeConverters.toBoolean,
+        HasElasticNetParam.elasticNetParam.doc
+        + " Here l2 = regParam (1 - alpha) and l1 = regParam alpha.",
+        typeConverter=_checked("elasticNetParam", _to_float, _unit_interval(closed=True)),
     )
     maxUpdates: Param[int] = Param(
         Params._dummy(),
         "maxUpdates",
         "stop after this many model updates (integer >= 1).",
-        typeConverter=_int_at_least("maxUpdates", 1),
+        typeConverter=_checked("max_updates", _to_int, _at_least(1)),
     )
     timeBudget: Param[float] = Param(
         Params._dummy(),
         "timeBudget",
-        "stop after this many seconds of training (>= 0; 0.0 = no time limit).",
-        typeConverter=_float_in("timeBudget", 0.0),
+        "stop after this many seconds of training (> 0; 0.0 = no time limit).",
+        typeConverter=_checked("time_budget", _to_float, _number(), unset=(0.0, "no time limit")),
     )
     batchFraction: Param[float] = Param(
         Params._dummy(),
         "batchFraction",
         "fraction in (0, 1] of its block that one task samples.",
-        typeConverter=_float_in("batchFraction", 0.0, 1.0, lo_open=True),
+        typeConverter=_checked("batch_fraction", _to_float, check_fraction),
     )
     numPartitions: Param[int] = Param(
         Params._dummy(),
         "numPartitions",
-        "number of blocks P (integer >= 0; 0 = sparkContext.defaultParallelism).",
-        typeConverter=_int_at_least("numPartitions", 0),
+        "number of blocks P (integer >= 1; 0 = sparkContext.defaultParallelism).",
+        typeConverter=_checked(
+            "partitions", _to_int, _at_least(1), unset=(0, "sparkContext.defaultParallelism")
+        ),
     )
     beta: Param[float] = Param(
         Params._dummy(),
         "beta",
-        "ASYNC partial barrier in [0, 1]: a new round once ceil(beta P) blocks are idle "
+        "ASYNC partial barrier in (0, 1]: a new round once ceil(beta P) blocks are idle "
         "(asynchronous methods only; 0.0 = no barrier).",
-        typeConverter=_float_in("beta", 0.0, 1.0),
+        typeConverter=_checked(
+            "beta", _to_float, _policy_rule(PartialBarrier), unset=(0.0, "no barrier")
+        ),
     )
     tau: Param[int] = Param(
         Params._dummy(),
         "tau",
         "staleness bound: reject results older than tau versions (integer >= 0, asynchronous "
         "methods only; -1 = no bound).",
-        typeConverter=_int_at_least("tau", -1),
+        typeConverter=_checked(
+            "tau", _to_int, _policy_rule(StalenessBound), unset=(-1, "no staleness bound")
+        ),
     )
     stragglers: Param[str] = Param(
         Params._dummy(),
         "stragglers",
         "straggler model for experiments: none | intensity:C | cloud | slow-executor:F.",
-        typeConverter=_stragglers,
+        typeConverter=_checked("stragglers", TypeConverters.toString, _straggler_model),
     )
     seed: Param[int] = Param(
         Params._dummy(),
         "seed",
-        "random seed (task samples, stragglers).",
-        typeConverter=_int_at_least("seed", 0),
+        "random seed (task samples, stragglers; an integer >= 0).",
+        typeConverter=_checked("seed", _to_int, _at_least(0)),
     )
     evalEvery: Param[float] = Param(
         Params._dummy(),
         "evalEvery",
         "seconds between snapshots of the trajectory (evaluated after training, off the "
         "clock; > 0).",
-        typeConverter=_float_in("evalEvery", 0.0, lo_open=True),
+        typeConverter=_checked("eval_every", _to_float, _number()),
     )
     stagingDir: Param[str] = Param(
         Params._dummy(),
@@ -237,7 +306,7 @@ class _AsyncLinearParams(_PredictorParams):
         "local or shared directory where fit() stages the training data as Parquet; it must be "
         "visible under the same path to the driver and every executor ('' = "
         "$ASYNC_SPARK_STAGING_DIR or <tmp>/async_spark_staging).",
-        typeConverter=_string,
+        typeConverter=TypeConverters.toString,
     )
 
     showProgress: Param[bool] = Param(
@@ -278,7 +347,8 @@ class _AsyncLinearParams(_PredictorParams):
             mlflowTracking=False,
         )
 
-    # getters (pyspark.ml style) ---------------------------------------------------------------
+    # getters (pyspark.ml style; getRegParam, getElasticNetParam and getStandardization come
+    # with pyspark's mixins) -------------------------------------------------------------------
 
     def getMethod(self) -> str:
         return self.getOrDefault(self.method)
@@ -288,15 +358,6 @@ class _AsyncLinearParams(_PredictorParams):
 
     def getMomentum(self) -> float:
         return self.getOrDefault(self.momentum)
-
-    def getRegParam(self) -> float:
-        return self.getOrDefault(self.regParam)
-
-    def getElasticNetParam(self) -> float:
-        return self.getOrDefault(self.elasticNetParam)
-
-    def getStandardization(self) -> bool:
-        return self.getOrDefault(self.standardization)
 
     def getMaxUpdates(self) -> int:
         return self.getOrDefault(self.maxUpdates)
@@ -334,25 +395,44 @@ class _AsyncLinearParams(_PredictorParams):
     def getMlflowTracking(self) -> bool:
         return self.getOrDefault(self.mlflowTracking)
 
+    # the Params in TrainConfig's terms --------------------------------------------------------
+
+    def _train_fields(self) -> dict[str, Any]:
+        """The TrainConfig fields these Params set (sentinels become None or ``"auto"``); the
+        data, its format, the loss and the number of blocks are fit()'s."""
+        lam, alpha = self.getRegParam(), self.getElasticNetParam()
+        method, step = self.getMethod(), self.getStepSize()
+        momentum: float | None = self.getMomentum()
+        if method in MOMENTUM_METHODS:
+            if step == 0.0:  # auto: (alpha, beta) are chosen from (mu, L)
+                momentum = None
+        elif momentum == 0.0:
+            momentum = None  # set for another method, TrainConfig refuses it
+        budget, beta, tau = self.getTimeBudget(), self.getBeta(), self.getTau()
+        return dict(
+            method=method,
+            l2=lam * (1.0 - alpha),
+            l1=lam * alpha,
+            step="auto" if step == 0.0 else step,
+            momentum=momentum,
+            batch_fraction=self.getBatchFraction(),
+            beta=None if beta == 0.0 else beta,
+            tau=None if tau < 0 else tau,
+            stragglers=self.getStragglers(),
+            seed=self.getSeed(),
+            max_updates=self.getMaxUpdates(),
+            time_budget=None if budget == 0.0 else budget,
+            eval_every=self.getEvalEvery(),
+            quiet=not self.getShowProgress(),
+        )
+
     def _check_combinations(self) -> None:
-        """Cross-Param rules, checked when fit() starts (one ValueError naming the Params)."""
-        method = self.getMethod()
-        if method in SYNC_METHODS:
-            if self.getBeta() != 0.0:
-                raise ParamValueError(
-                    f"beta applies to the asynchronous methods (asgd, asaga, ahb, aag, aapg), "
-                    f"not method={method!r}; leave it at 0.0"
-                )
-            if self.getTau() != -1:
-                raise ParamValueError(
-                    f"tau applies to the asynchronous methods (asgd, asaga, ahb, aag, aapg), "
-                    f"not method={method!r}; leave it at -1"
-                )
-        if method not in MOMENTUM_METHODS and self.getMomentum() != 0.0:
-            raise ParamValueError(
-                f"momentum applies to hb, ag, apg and their asynchronous forms, not "
-                f"method={method!r}"
-            )
+        """Cross-Param rules, checked when fit() starts: TrainConfig's own, said with the Params'
+        names (e.g. ``beta`` with a synchronous method, ``momentum`` with a method without)."""
+        try:
+            TrainConfig(**self._train_fields()).validate()
+        except ConfigError as exc:
+            raise ParamValueError(exc.render(_param_name)) from None
 
 
 class _HasSetters(Params):

@@ -32,13 +32,22 @@ from pyspark.ml.classification import (
     _ProbabilisticClassifierParams,
 )
 from pyspark.ml.linalg import DenseMatrix, DenseVector, SparseVector, Vector
-from pyspark.ml.param import Param, Params
+from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark.ml.param.shared import HasThreshold
 from pyspark.ml.util import DefaultParamsReadable, DefaultParamsWritable, MLReadable, MLWritable
 from scipy.special import expit, softmax
 
 from ._fit import classes_for, fit_linear, fit_multiple, label_stats
 from ._io import LinearModelReader, LinearModelWriter
-from ._params import ParamValueError, _AsyncLinearParams, _float_in, _HasSetters, _one_of
+from ._params import (
+    ParamValueError,
+    _AsyncLinearParams,
+    _checked,
+    _HasSetters,
+    _one_of,
+    _unit_interval,
+    _word,
+)
 from .summary import AsyncTrainingSummary
 
 __all__ = ["AsyncLogisticRegression", "AsyncLogisticRegressionModel"]
@@ -46,21 +55,24 @@ __all__ = ["AsyncLogisticRegression", "AsyncLogisticRegressionModel"]
 FAMILIES = ("auto", "binomial", "multinomial")
 
 
-class _AsyncLogisticRegressionParams(_ProbabilisticClassifierParams, _AsyncLinearParams):
-    """:class:`_AsyncLinearParams` plus ``family`` and ``threshold``."""
+class _AsyncLogisticRegressionParams(
+    _ProbabilisticClassifierParams, _AsyncLinearParams, HasThreshold
+):
+    """:class:`_AsyncLinearParams` plus ``family`` and pyspark's ``threshold`` (``HasThreshold``,
+    redefined with a range check as pyspark's ``LogisticRegression`` does)."""
 
     family: Param[str] = Param(
         Params._dummy(),
         "family",
         "auto | binomial | multinomial: auto is binomial for K <= 2 classes, else multinomial "
         "(as pyspark.ml).",
-        typeConverter=_one_of("family", FAMILIES),
+        typeConverter=_checked("family", _word, _one_of(FAMILIES)),
     )
     threshold: Param[float] = Param(
         Params._dummy(),
         "threshold",
-        "binomial: predict 1 when P(y=1) > threshold, in [0, 1] (thresholds, if set, wins). ",
-        typeConverter=_float_in("threshold", 0.0, 1.0),
+        "binomial: predict 1 when P(y=1) > threshold, in [0, 1] (thresholds, if set, wins).",
+        typeConverter=_checked("threshold", TypeConverters.toFloat, _unit_interval(closed=True)),
     )
 
     def __init__(self, *args: Any) -> None:
@@ -69,9 +81,6 @@ class _AsyncLogisticRegressionParams(_ProbabilisticClassifierParams, _AsyncLinea
 
     def getFamily(self) -> str:
         return self.getOrDefault(self.family)
-
-    def getThreshold(self) -> float:
-        return self.getOrDefault(self.threshold)
 
 
 def _margins(W: np.ndarray, b: np.ndarray, v: Any) -> np.ndarray:

@@ -237,18 +237,29 @@ def test_multinomial_and_linear_regression(spark, tmp_path):
 
 
 BAD_PARAMS = [
-    ({"regParam": -0.1}, ParamValueError, "regParam must be in"),
+    ({"regParam": -0.1}, ParamValueError, "regParam must be a finite number >= 0, got -0.1"),
     ({"elasticNetParam": 1.5}, ParamValueError, r"elasticNetParam must be in \[0, 1\]"),
     ({"method": "adam"}, ParamValueError, "method must be one of sgd, asgd"),
-    ({"stepSize": -1.0}, ParamValueError, "stepSize must be 'auto'"),
-    ({"stepSize": "fast"}, TypeError, "stepSize must be a number"),
+    (
+        {"stepSize": -1.0},
+        ParamValueError,
+        r"stepSize must be a finite number > 0.*\(or 0.0 for auto",
+    ),
+    ({"stepSize": "fast"}, TypeError, "stepSize must be a number or 'auto'"),
+    ({"momentum": 1.0}, ParamValueError, r"momentum must be in \[0, 1\)"),
     ({"maxUpdates": 0}, ParamValueError, "maxUpdates must be an integer >= 1"),
-    ({"batchFraction": 0.0}, ParamValueError, r"batchFraction must be in \(0, 1\]"),
-    ({"beta": 2.0}, ParamValueError, "beta must be in"),
-    ({"tau": -2}, ParamValueError, "tau must be an integer >= -1"),
-    ({"stragglers": "sometimes"}, ParamValueError, "stragglers: unknown straggler model"),
+    ({"batchFraction": 0.0}, ParamValueError, "batchFraction must be a finite number > 0"),
+    ({"batchFraction": 1.5}, ParamValueError, r"batchFraction must be in \(0, 1\]"),
+    ({"beta": 2.0}, ParamValueError, r"beta is not valid: beta \(partial barrier\) must be in \("),
+    (
+        {"tau": -2},
+        ParamValueError,
+        r"tau .*must be an integer >= 0, got -2 \(or -1 for no staleness",
+    ),
+    ({"stragglers": "sometimes"}, ParamValueError, "stragglers is not valid: unknown straggler"),
+    ({"seed": -1}, ParamValueError, "seed must be an integer >= 0"),
     ({"family": "poisson"}, ParamValueError, "family must be one of auto, binomial"),
-    ({"threshold": 1.2}, ParamValueError, "threshold must be in"),
+    ({"threshold": 1.2}, ParamValueError, r"threshold must be in \[0, 1\]"),
     ({"timeBudget": float("nan")}, ParamValueError, "timeBudget must be a finite number"),
     ({"stagingDir": "hdfs://nn/tmp"}, ParamValueError, "stagingDir must be a local"),
 ]

@@ -1,0 +1,198 @@
+"""The Estimators' Params without Spark: pyspark's shared mixins, ranges and combinations that are
+TrainConfig's own (the same check, said with the Param's name), sentinels, types."""
+
+from __future__ import annotations
+
+import pytest
+from pyspark.ml.param.shared import (
+    HasElasticNetParam,
+    HasMaxIter,
+    HasRegParam,
+    HasSeed,
+    HasStandardization,
+    HasStepSize,
+    HasThreshold,
+    HasTol,
+)
+
+from async_spark.ml import (
+    AsyncLinearRegression,
+    AsyncLinearRegressionModel,
+    AsyncLogisticRegression,
+    AsyncLogisticRegressionModel,
+    ParamValueError,
+)
+from async_spark.ml._fit import _train_config
+from async_spark.ml._params import _param_name
+from async_spark.solvers.config import ConfigError, TrainConfig
+
+CLASSES = [
+    AsyncLogisticRegression,
+    AsyncLogisticRegressionModel,
+    AsyncLinearRegression,
+    AsyncLinearRegressionModel,
+]
+
+
+@pytest.mark.parametrize("cls", CLASSES)
+def test_shared_mixins_where_the_meaning_is_the_same(cls):
+    inst = cls()
+    for mixin in (HasRegParam, HasElasticNetParam, HasStandardization):
+        assert isinstance(inst, mixin), mixin
+    # stepSize 0.0 = auto; seed >= 0 with default 0; maxUpdates are updates; no tolerance
+    for mixin in (HasStepSize, HasSeed, HasMaxIter, HasTol):
+        assert not isinstance(inst, mixin), mixin
+    assert isinstance(inst, HasThreshold) == (cls.__name__.startswith("AsyncLogistic"))
+    # pyspark's Param for standardization as it is; ours (same name) where a range is checked
+    assert cls.standardization is HasStandardization.standardization
+    assert cls.regParam is not HasRegParam.regParam
+    assert (inst.getRegParam(), inst.getElasticNetParam(), inst.getSeed()) == (0.0, 0.0, 0)
+    assert inst.getStandardization() is True
+
+
+def _config_error(**fields):
+    with pytest.raises(ConfigError) as info:
+        TrainConfig(**fields).validate()
+    return info.value.render(_param_name)
+
+
+# (Param, bad value, the same option for TrainConfig): the Param refuses it with TrainConfig's
+# message in the Param's name (plus, for a Param with a sentinel, what the sentinel means).
+SAME_CHECK = [
+    ("method", "adam", {"method": "adam"}),
+    ("stepSize", -1.0, {"step": -1.0}),
+    ("stepSize", float("inf"), {"step": float("inf")}),
+    ("momentum", 1.0, {"method": "hb", "step": 0.1, "momentum": 1.0}),
+    ("momentum", -0.5, {"method": "hb", "step": 0.1, "momentum": -0.5}),
+    ("regParam", -1.0, {"l2": -1.0}),
+    ("maxUpdates", 0, {"max_updates": 0}),
+    ("timeBudget", -1.0, {"time_budget": -1.0}),
+    ("batchFraction", 0.0, {"batch_fraction": 0.0}),
+    ("batchFraction", 1.5, {"batch_fraction": 1.5}),
+    ("numPartitions", -1, {"partitions": -1}),
+    ("beta", 2.0, {"beta": 2.0}),
+    ("beta", -0.5, {"beta": -0.5}),
+    ("tau", -2, {"tau": -2}),
+    ("stragglers", "sometimes", {"stragglers": "sometimes"}),
+    ("stragglers", "intensity:-1", {"stragglers": "intensity:-1"}),
+    ("evalEvery", 0.0, {"eval_every": 0.0}),
+]
+
+
+@pytest.mark.parametrize(("param", "value", "fields"), SAME_CHECK)
+@pytest.mark.parametrize("cls", [AsyncLogisticRegression, AsyncLinearRegression])
+def test_a_param_range_is_train_configs(cls, param, value, fields):
+    expected = _config_error(**fields)
+    assert expected.startswith(param + " ")
+    with pytest.raises(ParamValueError) as info:
+        cls(**{param: value})
+    assert str(info.value).startswith(expected)
+    est = cls()
+    with pytest.raises(ParamValueError) as info:  # setter and copy(extra) as well
+        getattr(est, "set" + param[0].upper() + param[1:])(value)
+    assert str(info.value).startswith(expected)
+    with pytest.raises(ParamValueError):
+        est.copy({est.getParam(param): value})
+    assert isinstance(info.value, ValueError)
+
+
+ESTIMATOR_ONLY = [
+    ("elasticNetParam", 1.5, "elasticNetParam must be in [0, 1], got 1.5"),
+    ("elasticNetParam", -0.1, "elasticNetParam must be a finite number >= 0, got -0.1"),
+    ("seed", -1, "seed must be an integer >= 0, got -1"),
+    ("threshold", 1.2, "threshold must be in [0, 1], got 1.2"),
+    ("family", "poisson", "family must be one of auto, binomial, multinomial, got 'poisson'"),
+]
+
+
+@pytest.mark.parametrize(("param", "value", "message"), ESTIMATOR_ONLY)
+def test_estimator_only_params(param, value, message):
+    with pytest.raises(ParamValueError) as info:
+        AsyncLogisticRegression(**{param: value})
+    assert str(info.value) == message
+
+
+COMBINATIONS = [
+    ({"method": "saga", "beta": 0.5}, {"method": "saga", "beta": 0.5}),
+    ({"method": "sgd", "tau": 3}, {"method": "sgd", "tau": 3}),
+    ({"method": "asaga", "momentum": 0.5}, {"method": "asaga", "momentum": 0.5}),
+    ({"method": "dcasgd", "momentum": 0.5}, {"method": "dcasgd", "momentum": 0.5}),
+]
+
+
+@pytest.mark.parametrize(("params", "fields"), COMBINATIONS)
+def test_combinations_are_train_configs(params, fields):
+    est = AsyncLinearRegression(**params)  # each Param alone is fine
+    with pytest.raises(ParamValueError) as info:
+        est._check_combinations()
+    assert str(info.value) == _config_error(**fields)
+
+
+def test_sentinels_and_normalized_values():
+    lr = AsyncLogisticRegression(
+        stepSize=" Auto ", method=" AHB ", stragglers=" Cloud ", timeBudget=0, beta=0, tau=-1
+    )
+    assert lr.getStepSize() == 0.0 and lr.getMethod() == "ahb" and lr.getStragglers() == "cloud"
+    lr._check_combinations()  # momentum method with an auto step: momentum not asked for
+    fields = lr._train_fields()
+    assert fields["step"] == "auto" and fields["momentum"] is None
+    assert fields["time_budget"] is None and fields["beta"] is None and fields["tau"] is None
+    assert AsyncLinearRegression(numPartitions=0).getNumPartitions() == 0
+
+
+def test_train_config_from_params():
+    lr = AsyncLogisticRegression(
+        method="hb",
+        stepSize=0.2,
+        momentum=0.5,
+        regParam=0.1,
+        elasticNetParam=0.25,
+        maxUpdates=7,
+        timeBudget=3.0,
+        batchFraction=0.5,
+        seed=4,
+        evalEvery=0.25,
+        showProgress=True,
+    )
+    cfg = _train_config(lr, "logistic", 3, "/data")
+    assert cfg == TrainConfig(
+        data="/data",
+        format="parquet",
+        loss="logistic",
+        method="hb",
+        l2=0.1 * 0.75,
+        l1=0.1 * 0.25,
+        step=0.2,
+        momentum=0.5,
+        batch_fraction=0.5,
+        partitions=3,
+        beta=None,
+        tau=None,
+        stragglers="none",
+        seed=4,
+        max_updates=7,
+        time_budget=3.0,
+        eval_every=0.25,
+        quiet=False,
+    )
+    cfg.validate()
+    asaga = _train_config(AsyncLinearRegression(beta=0.5, tau=2), "squares", 2, "/d")
+    assert (asaga.step, asaga.momentum, asaga.beta, asaga.tau) == ("auto", None, 0.5, 2)
+    assert asaga.time_budget is None and asaga.max_updates == 1000 and asaga.quiet
+
+
+@pytest.mark.parametrize(
+    ("param", "value"),
+    [
+        ("regParam", "x"),
+        ("regParam", True),
+        ("maxUpdates", 2.5),
+        ("seed", "1"),
+        ("method", 3),
+        ("standardization", 1),
+        ("stepSize", [0.1]),
+    ],
+)
+def test_a_wrong_type_is_a_type_error_naming_the_param(param, value):
+    with pytest.raises(TypeError, match=f'param "{param}"'):
+        AsyncLogisticRegression(**{param: value})
