@@ -12,7 +12,7 @@ import torch
 from async_spark.cli.hylo import add_hylo_arguments, config_from_args
 from async_spark.hylo import HyLo
 from async_spark.hylo.data import load_dataset
-from async_spark.hylo.epochs import AccuracyLog, epoch_parts, run_epoch_in_parts
+from async_spark.hylo.epochs import AccuracyLog, epoch_parts, evaluate, run_epoch_in_parts
 from async_spark.hylo.models import CNN1D, UNet, build_model, resnet32, resnet50_layer_shapes
 from async_spark.hylo.train import TrainConfig, train
 
@@ -99,15 +99,26 @@ def test_train_writes_outputs(optimizer, tmp_path):
     summary = train(cfg)
     on_disk = json.loads((out / "summary.json").read_text())
     assert on_disk["optimizer"] == optimizer == summary["optimizer"]
-    for key in ("epochs", "wall_seconds", "test_accuracy"):
-        assert key in on_disk
+    assert on_disk["epochs"] == 2 and on_disk["wall_seconds"] > 0
     assert set(on_disk["time_to_accuracy"]) == {"0.8", "0.85", "0.9"}
-    lines = (out / "metrics.jsonl").read_text().splitlines()
-    assert len(lines) == 2 and json.loads(lines[-1])["epoch"] == 2
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in lines] == [1, 2]
+    # the saved model is the trained one: it moved away from the seeded initial weights, and
+    # evaluated again on the same test set it gives the reported loss and accuracy
     state = torch.load(out / "model.pt", weights_only=True)
-    CNN1D().load_state_dict(state)
+    torch.manual_seed(cfg.seed)
+    initial = build_model("cnn1d").state_dict()
+    assert state.keys() == initial.keys()
+    unmoved = [name for name in initial if torch.equal(state[name], initial[name])]
+    assert not unmoved, f"parameters left at their initial values: {unmoved}"
+    net = CNN1D()
+    net.load_state_dict(state)
+    data = load_dataset("synthetic", "cnn1d", seed=cfg.seed, n_train=64, n_test=32)
+    loss, acc = evaluate(net, data, torch.device("cpu"), 32)
+    assert acc == on_disk["test_accuracy"] == summary["test_accuracy"] == lines[-1]["test_accuracy"]
+    assert loss == pytest.approx(lines[-1]["test_loss"], rel=1e-6)
     if optimizer == "hylo":
-        assert "methods" in json.loads(lines[0])
+        assert "methods" in lines[0]
 
 
 def test_train_builds_the_model_at_the_requested_width(tmp_path):
