@@ -152,6 +152,13 @@ class TrainConfig:
     def synchronous(self) -> bool:
         return METHODS[self.method].synchronous
 
+    def max_delay(self, num_blocks: int) -> int:
+        """Updates an accepted result can be late by: the other tasks in flight (P - 1), or
+        ``--tau`` when it bounds the staleness (0 for synchronous methods)."""
+        if self.synchronous:
+            return 0
+        return min(num_blocks - 1, self.tau) if self.tau is not None else num_blocks - 1
+
     def policy(self) -> Policy:
         """sgd/saga: the bulk-synchronous barrier; asgd/asaga: as --beta/--tau/--ssp say."""
         if self.synchronous:

@@ -189,6 +189,7 @@ def train_linear(
         momentum_damping=config.momentum_damping,
         batch_fraction=config.batch_fraction,
         synchronous=row.synchronous,
+        max_delay=config.max_delay(desc.num_blocks),
     )
     step = family.choose_step(problem, setup)
     rule = family.build_rule(problem, setup, step)

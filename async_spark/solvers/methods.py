@@ -39,7 +39,7 @@ from async_spark.models.linear import LinearModel
 from async_spark.optim.dcasgd import DCMessage, dcasgd
 from async_spark.optim.saga import SAGA, SAGAMessage, combine_saga_messages, saga
 from async_spark.optim.sgd import SGDMessage, combine_sgd_messages, sgd
-from async_spark.optim.steps import auto_step, make_step_rule
+from async_spark.optim.steps import asynchronous_step, auto_step, make_step_rule
 
 from .curvature import gram_max_eigenvalue
 from .momentum import MOMENTUM_RULES, MomentumLinear, momentum_step
@@ -74,6 +74,7 @@ class Setup(NamedTuple):
     momentum_damping: float
     batch_fraction: float
     synchronous: bool
+    max_delay: int = 0  # updates an asynchronous result can be late by (tasks in flight - 1)
 
 
 class StepChoice(NamedTuple):
@@ -144,10 +145,17 @@ def _safe_step(kind: str, problem: Problem, setup: Setup) -> float:
             batch=setup.batch_fraction * desc.n,
             gram_max=gram_max_eigenvalue(source, desc, intercept=model.fit_intercept),
         )
-    # Asynchronous updates are stale: the one-sample bound, without the mini-batch gain
-    # (stale updates at the mini-batch step oscillate: measured on builtin:synthetic with
-    # 8 blocks in flight, ASAGA at 2x this step went from 0.693 up to 2.4).
-    return auto_step(kind, model, float(desc.max_row_norm_sq or 0.0))
+    # Asynchronous updates are stale: one task's mini-batch step, reduced for the updates in
+    # flight (see asynchronous_step for the results it rests on).
+    return asynchronous_step(
+        kind,
+        model,
+        float(desc.max_row_norm_sq or 0.0),
+        n=desc.n,
+        batch=setup.batch_fraction * desc.n / desc.num_blocks,
+        gram_max=gram_max_eigenvalue(source, desc, intercept=model.fit_intercept),
+        max_delay=setup.max_delay,
+    )
 
 
 def _step_rule(default: str, problem: Problem, setup: Setup, gamma: float) -> Any:
