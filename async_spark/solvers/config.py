@@ -38,6 +38,7 @@ ASYNC_METHODS = tuple(name for name in METHODS if name not in SYNC_METHODS)
 STEP_RULES = ("constant", "sqrt", "staleness")
 FORMATS = ("auto", "libsvm", "parquet")
 PUBLISHERS = ("broadcast", "inline")
+TRANSPORTS = ("resident", "jobs")
 
 
 @dataclass
@@ -74,7 +75,8 @@ class TrainConfig:
     checkpoint_every: int | None = None  # updates between checkpoints (needs out)
     checkpoint_seconds: float | None = None  # seconds between checkpoints (needs out)
     keep_checkpoints: int = 3
-    publisher: str = "broadcast"
+    publisher: str = "broadcast"  # the job transport's model versions: broadcast or inline
+    transport: str = "resident"  # resident tasks (one Spark job per run) or one job per task
     extra: dict[str, Any] = field(default_factory=dict)
 
     def validate(self) -> TrainConfig:
@@ -115,6 +117,7 @@ class TrainConfig:
             field = "checkpoint_every" if self.checkpoint_every else "checkpoint_seconds"
             raise ConfigError(field, "needs {out} DIR")
         check_choice("publisher", self.publisher, PUBLISHERS)
+        check_choice("transport", self.transport, TRANSPORTS)
         if self.max_updates is None and self.time_budget is None and self.target_objective is None:
             self.time_budget = 20.0
         return self

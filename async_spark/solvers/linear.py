@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -131,12 +132,44 @@ def build_model(config: TrainConfig, desc: DatasetDescriptor) -> LinearModel:
     )
 
 
-def _transport(spark: Any, config: TrainConfig) -> Transport:
-    if spark is None:
-        return LocalTransport()
+def _job_transport(spark: Any, config: TrainConfig) -> Transport:
     from async_spark.engine.spark import SparkTransport
 
     return SparkTransport(spark.sparkContext, pool="async", publisher=config.publisher)
+
+
+def _transport(spark: Any, config: TrainConfig) -> Transport:
+    if spark is None:
+        return LocalTransport()
+    if config.transport == "resident":
+        from async_spark.engine.resident import ResidentTransport
+
+        return ResidentTransport(spark)
+    return _job_transport(spark, config)
+
+
+def _start(engine: Any, rebuild: Any, spark: Any, config: TrainConfig) -> Any:
+    """Start the engine; a resident transport that cannot start falls back to one Spark job per
+    task, with one line saying why."""
+    try:
+        engine.start()
+        return engine
+    except Exception as exc:  # noqa: BLE001 - any failure to start resident tasks falls back
+        transport = getattr(engine, "transport", None)
+        if type(transport).__name__ != "ResidentTransport":
+            raise
+        engine.close()
+        reason = " ".join(str(exc).split())[:300]
+        log.warning("resident transport could not start (%s); using --transport jobs", reason)
+        if not config.quiet:
+            print(
+                f"async-spark: resident transport could not start ({reason}); "
+                "falling back to --transport jobs",
+                file=sys.stderr,
+            )
+        engine = rebuild(_job_transport(spark, config))
+        engine.start()
+        return engine
 
 
 def train_linear(
@@ -217,34 +250,38 @@ def train_linear(
     sc = None if spark is None else spark.sparkContext
     evaluator = Evaluator(source, problem.model, desc.n, sc=sc)
     run_name = f"{config.method}-{desc.dataset_id[:24]}"
-    if engine_factory is None:
-        engine_factory = functools.partial(
-            AsyncEngine, transport if transport is not None else _transport(spark, config)
+
+    def make_engine(chosen: Transport | None) -> Any:
+        factory = engine_factory or functools.partial(AsyncEngine, chosen)
+        return factory(
+            task,
+            num_blocks=desc.num_blocks,
+            policy=config.policy(),
+            initial_model=current.theta,
+            task_args=task_args,
+            stragglers=config.straggler_model(),
+            straggler_base_seconds=config.straggler_base
+            if resume is None or config.straggler_base is not None
+            else resume.engine.get("mean_task_seconds"),
+            max_retries=config.max_retries,
+            run_name=run_name,
+            progress=False,  # the bar below shows the engine's figures
+            **(
+                {}
+                if resume is None
+                else {
+                    "initial_version": resume.version,
+                    "block_tasks": resume.block_tasks,
+                    "bookkeeping": resume.engine.get("bookkeeping"),
+                    "elapsed_offset": resume.seconds,
+                }
+            ),
         )
-    engine = engine_factory(
-        task,
-        num_blocks=desc.num_blocks,
-        policy=config.policy(),
-        initial_model=current.theta,
-        task_args=task_args,
-        stragglers=config.straggler_model(),
-        straggler_base_seconds=config.straggler_base
-        if resume is None or config.straggler_base is not None
-        else resume.engine.get("mean_task_seconds"),
-        max_retries=config.max_retries,
-        run_name=run_name,
-        progress=False,  # the bar below shows the engine's figures
-        **(
-            {}
-            if resume is None
-            else {
-                "initial_version": resume.version,
-                "block_tasks": resume.block_tasks,
-                "bookkeeping": resume.engine.get("bookkeeping"),
-                "elapsed_offset": resume.seconds,
-            }
-        ),
-    )
+
+    chosen = None
+    if engine_factory is None:
+        chosen = transport if transport is not None else _transport(spark, config)
+    engine = make_engine(chosen)
     recorder = Recorder(
         evaluator,
         eval_every=config.eval_every,
@@ -301,6 +338,7 @@ def train_linear(
         )
 
     try:
+        engine = _start(engine, make_engine, spark, config)
         with engine:
             end = run_updates(
                 engine,
