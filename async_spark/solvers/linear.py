@@ -252,7 +252,7 @@ def train_linear(
     run_name = f"{config.method}-{desc.dataset_id[:24]}"
 
     def make_engine(chosen: Transport | None) -> Any:
-        factory = engine_factory or functools.partial(AsyncEngine, chosen)
+        factory: Any = engine_factory or functools.partial(AsyncEngine, chosen)
         return factory(
             task,
             num_blocks=desc.num_blocks,
