@@ -31,7 +31,7 @@ import logging
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -252,7 +252,7 @@ def train_linear(
     run_name = f"{config.method}-{desc.dataset_id[:24]}"
 
     def make_engine(chosen: Transport | None) -> Any:
-        factory: Any = engine_factory or functools.partial(AsyncEngine, chosen)
+        factory: Any = engine_factory or functools.partial(AsyncEngine, cast(Transport, chosen))
         return factory(
             task,
             num_blocks=desc.num_blocks,
