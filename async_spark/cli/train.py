@@ -39,7 +39,13 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--num-features", type=parse_int, default=None, help="d (LIBSVM: inferred when omitted)"
     )
-    p.add_argument("--standardize", action="store_true", help="scale columns to unit variance")
+    p.add_argument(
+        "--standardize",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="train on columns scaled to unit variance (dense data also centered), as pyspark.ml "
+        "does; model.npz holds the weights for the raw columns either way",
+    )
     p.add_argument("--loss", default="logistic", help="logistic | squares | softmax")
     p.add_argument(
         "--method",
@@ -116,7 +122,17 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         "--eval-every", type=parse_float, default=1.0, help="seconds between objective snapshots"
     )
     p.add_argument(
-        "--publisher", default="broadcast", help="broadcast | inline: how model versions travel"
+        "--publisher",
+        default="broadcast",
+        help="broadcast | inline: how model versions travel with --transport jobs",
+    )
+    p.add_argument(
+        "--transport",
+        default="resident",
+        choices=("resident", "jobs"),
+        help="resident: one Spark job of long-running tasks per run, tickets over an "
+        "authenticated socket; jobs: one Spark job per task (falls back to it when resident "
+        "tasks cannot start)",
     )
     p.add_argument(
         "--out", default=None, help="output folder: summary.json, trace.jsonl, model.npz"
@@ -188,6 +204,7 @@ def train_configs(args: argparse.Namespace) -> list[Any]:
             out=out,
             quiet=args.quiet,
             publisher=args.publisher,
+            transport=args.transport,
             checkpoint_every=args.checkpoint_every,
             checkpoint_seconds=args.checkpoint_seconds,
             keep_checkpoints=args.keep_checkpoints,
