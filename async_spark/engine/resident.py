@@ -27,6 +27,7 @@ import logging
 import os
 import queue
 import secrets
+import selectors
 import socket
 import threading
 import time
@@ -48,6 +49,8 @@ from .wire import (
     DTYPES,
     BadHeader,
     ConnectionClosed,
+    Frame,
+    FrameReader,
     UnsupportedValue,
     WireError,
     client_handshake,
@@ -64,7 +67,7 @@ __all__ = ["ResidentTransport"]
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _DELTA_DTYPES = frozenset(DTYPES.values())
-_DELTA_MIN_SIZE = 64  # smaller models always travel in full
+_DELTA_MIN_SIZE = 1024  # smaller models always travel in full (a delta would save little)
 _EXIT_WAIT = 10.0  # seconds close() waits for the workers to leave before cancelling the job
 
 
@@ -374,9 +377,12 @@ class _Worker:
 class _Conn:
     """An authenticated worker connection, as the driver sees it."""
 
-    def __init__(self, sock: socket.socket, peer: str, hello: dict[str, Any]) -> None:
+    def __init__(
+        self, sock: socket.socket, peer: str, hello: dict[str, Any], reader: FrameReader
+    ) -> None:
         self.sock = sock
         self.peer = peer
+        self.reader = reader
         self.blocks: tuple[int, ...] = tuple(hello["blocks"])
         self.executor = str(hello.get("executor", peer))
         self.pid = int(hello.get("pid", -1))
@@ -388,6 +394,7 @@ class _Conn:
         self.last_seen = time.monotonic()
         self.last_sent = time.monotonic()
         self.closed = False
+        self.registered = False  # with the reader's selector
         self.since = time.time()
 
     def __str__(self) -> str:
@@ -395,6 +402,45 @@ class _Conn:
             f"worker {self.partition}.{self.attempt} on {self.executor} "
             f"(pid {self.pid}, blocks {list(self.blocks)})"
         )
+
+
+class _Outcomes:
+    """The transport's ``outcomes``: finished tasks in a deque. A thread waiting in :meth:`get`
+    reads the workers' sockets itself meanwhile (:meth:`ResidentTransport._poll`), so a result
+    reaches the engine's thread without a reader thread or a hand-off."""
+
+    def __init__(self, transport: ResidentTransport) -> None:
+        self._transport = transport
+        self._ready: deque[Outcome] = deque()
+
+    def put(self, outcome: Outcome) -> None:
+        self._ready.append(outcome)
+        self._transport._wake_poller()
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Outcome:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            try:
+                return self._ready.popleft()
+            except IndexError:
+                pass
+            left = 1.0 if deadline is None else deadline - time.monotonic()
+            if not block or left <= 0:
+                self._transport._poll(0.0)
+                try:
+                    return self._ready.popleft()
+                except IndexError:
+                    raise queue.Empty from None
+            self._transport._poll(min(left, 1.0))
+
+    def get_nowait(self) -> Outcome:
+        return self.get(block=False)
+
+    def empty(self) -> bool:
+        return not self._ready
+
+    def qsize(self) -> int:
+        return len(self._ready)
 
 
 class ResidentTransport(Transport):
@@ -501,6 +547,15 @@ class ResidentTransport(Transport):
         self._copy_refs: Counter[int] = Counter()
         self._threads: list[threading.Thread] = []
         self._handshakes = threading.BoundedSemaphore(32)
+        self.outcomes = _Outcomes(self)  # type: ignore[assignment]
+        # one reader at a time: the thread waiting for outcomes, else the monitor
+        self._read_lock = threading.Lock()
+        self._poller: int | None = None  # ident of the thread reading now
+        self._selector: selectors.BaseSelector | None = None
+        self._changes: deque[tuple[str, _Conn]] = deque()  # (un)registrations for the reader
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
         self._server: socket.socket | None = None
         self._closing = threading.Event()
         self._started = False
@@ -509,7 +564,7 @@ class ResidentTransport(Transport):
         self._job_error: str | None = None
         self._job_thread: threading.Thread | None = None
         self.launches = 0
-        self.stats: Counter[str] = Counter()
+        self._counts = {"full": 0, "delta": 0, "held": 0}
         self.address: tuple[str, int] | None = None
 
     # --- lifecycle ----------------------------------------------------------------------------
@@ -552,6 +607,8 @@ class ResidentTransport(Transport):
                 max_body_bytes=self.max_frame_bytes,
                 max_versions=self.max_versions,
             )
+            self._selector = selectors.DefaultSelector()
+            self._selector.register(self._wake_r, selectors.EVENT_READ, None)
             self._spawn(self._accept_loop, "async-spark-resident-accept")
             self._spawn(self._monitor_loop, "async-spark-resident-monitor")
             self._job_thread = self._spawn_job()
@@ -707,7 +764,9 @@ class ResidentTransport(Transport):
                 self._send(conn, exit_frame)
             job = self._job_thread
             if job is not None:
+                log.debug("resident transport: %d workers told to exit", len(conns))
                 job.join(max(0.0, min(_EXIT_WAIT, deadline - time.monotonic())))
+                log.debug("resident transport: job thread alive=%s", job.is_alive())
                 if job.is_alive():
                     log.warning("resident transport: workers did not leave; cancelling the job")
                     try:
@@ -727,6 +786,14 @@ class ResidentTransport(Transport):
                 self._drop(conn, "transport closed")
             for t in self._threads:
                 t.join(max(0.1, deadline - time.monotonic()))
+            with self._read_lock:
+                self._apply_changes()
+                if self._selector is not None:
+                    self._selector.close()
+                    self._selector = None
+            self._wake_r.close()
+            self._wake_w.close()
+            log.debug("resident transport: closed")
             with self._lock:
                 self._copies.clear()
                 self._copy_refs.clear()
@@ -781,7 +848,7 @@ class ResidentTransport(Transport):
             if base is not None:
                 fields["base"] = base
             parts = encode_frame("ticket", fields, (part, call.args))
-            self._hold(conn, version, model, mode, sum(len(p) for p in parts))
+            self._hold(conn, version, model, mode)
             try:
                 send_frame(conn.sock, parts)
                 conn.last_sent = time.monotonic()
@@ -816,24 +883,23 @@ class ResidentTransport(Transport):
                     return "delta", base_version, delta
         return "full", None, model
 
-    def _hold(self, conn: _Conn, version: int, model: Any, mode: str, nbytes: int) -> None:
+    def _hold(self, conn: _Conn, version: int, model: Any, mode: str) -> None:
         """Record that the worker now holds ``version`` (the same rule as its own store)."""
         with self._lock:
-            self.stats[f"model_{mode}"] += 1
-            self.stats["tickets"] += 1
-            self.stats["ticket_bytes"] += nbytes
+            self._counts[mode] += 1
             if conn.closed:
                 return
             if mode == "held":
                 conn.held.move_to_end(version)
                 return
             conn.held[version] = None
-            conn.held.move_to_end(version)
             if version not in self._copies:
-                # a copy: the delta base must be what the worker holds, even if the caller later
-                # changes its array in place
+                # a copy of a model that deltas are computed against: the base must be what the
+                # worker holds, even if the caller later changes its array in place
                 self._copies[version] = (
-                    np.array(model, copy=True) if isinstance(model, np.ndarray) else None
+                    np.array(model, copy=True)
+                    if isinstance(model, np.ndarray) and model.size >= _DELTA_MIN_SIZE
+                    else None
                 )
             self._copy_refs[version] += 1
             while len(conn.held) > self.max_versions:
@@ -932,51 +998,137 @@ class ResidentTransport(Transport):
                 log.warning("resident transport: refused %s: too many handshakes at once", peer)
                 sock.close()
                 continue
-            self._spawn(self._serve, f"async-spark-resident-{peer}", sock, peer)
+            self._spawn(self._admit, f"async-spark-resident-admit-{peer}", sock, peer)
 
-    def _serve(self, sock: socket.socket, peer: str) -> None:
-        conn: _Conn | None = None
-        stream = None
-        reason = "connection closed"
+    def _admit(self, sock: socket.socket, peer: str) -> None:
+        """Handshake and hello (blocking, bounded); then the connection belongs to the reader."""
+        reader = FrameReader(self.max_frame_bytes)
         try:
             try:
                 set_nodelay(sock)
                 server_handshake(sock, self._secret, timeout=self.handshake_timeout)
             except (WireError, OSError) as exc:
                 log.warning("resident transport: refused connection from %s: %s", peer, exc)
+                sock.close()
                 return
             finally:
                 self._handshakes.release()
-            stream = sock.makefile("rb", buffering=1 << 16)
             sock.settimeout(self.handshake_timeout)  # the hello must follow at once
-            hello = read_frame(stream, self.max_frame_bytes)
+            frames: list[Frame] = []
+            while not frames:
+                frames = reader.read(sock)
             sock.settimeout(None)
-            conn = self._register(sock, peer, hello.kind, hello.fields)
-            while True:
-                frame = read_frame(stream, self.max_frame_bytes)
-                conn.last_seen = time.monotonic()
-                self._on_frame(conn, frame.kind, frame.fields, frame.payload)
+            hello, rest = frames[0], frames[1:]
+            conn = self._register(sock, peer, hello.kind, hello.fields, reader)
+        except (WireError, OSError) as exc:
+            if not self._closing.is_set():
+                log.warning(
+                    "resident transport: closed connection from %s: %s: %s",
+                    peer,
+                    type(exc).__name__,
+                    exc,
+                )
+            sock.close()
+            return
+        with self._read_lock:  # frames that came with the hello
+            for frame in rest:
+                if not self._handle(conn, frame):
+                    break
+
+    def _wake_poller(self) -> None:
+        if self._poller != threading.get_ident():
+            try:
+                self._wake_w.send(b"\0")
+            except OSError:  # full (a wake-up is pending anyway) or closed
+                pass
+
+    def _apply_changes(self) -> None:
+        """(Un)register connections with the selector; called by the reader (read lock held)."""
+        while self._changes:
+            what, conn = self._changes.popleft()
+            if what == "add" and self._selector is not None and not conn.closed:
+                self._selector.register(conn.sock, selectors.EVENT_READ, conn)
+                conn.registered = True
+            elif what == "remove":
+                if conn.registered and self._selector is not None:
+                    try:
+                        self._selector.unregister(conn.sock)
+                    except (KeyError, ValueError):
+                        pass
+                conn.registered = False
+                with conn.send_lock:  # no send can pick up the number of a reused descriptor
+                    conn.sock.close()
+
+    def _poll(self, timeout: float) -> None:
+        """Read whatever the workers sent, waiting up to ``timeout`` for something; returns at
+        once when another thread is reading (``timeout`` 0) or took the whole wait."""
+        if timeout > 0:
+            got = self._read_lock.acquire(timeout=timeout)
+        else:
+            got = self._read_lock.acquire(blocking=False)
+        if not got:
+            return
+        try:
+            self._poller = threading.get_ident()
+            self._apply_changes()
+            selector = self._selector
+            if selector is None:  # closed: outcomes come only from put()
+                if timeout > 0:
+                    time.sleep(min(timeout, 0.01))
+                return
+            for key, _mask in selector.select(timeout):
+                conn = key.data
+                if conn is None:  # the wake-up socket
+                    try:
+                        while self._wake_r.recv(4096):
+                            pass
+                    except OSError:
+                        pass
+                    self._apply_changes()
+                elif not conn.closed:
+                    self._read(conn)
+        finally:
+            self._poller = None
+            self._read_lock.release()
+
+    def _read(self, conn: _Conn) -> None:
+        try:
+            frames = conn.reader.read(conn.sock)
         except ConnectionClosed as exc:
-            reason = str(exc)
-            if conn is None and not self._closing.is_set():
-                log.warning("resident transport: closed connection from %s: %s", peer, exc)
+            self._drop(conn, str(exc))
+            return
         except (WireError, OSError) as exc:
             reason = f"{type(exc).__name__}: {exc}"
             if not self._closing.is_set():
-                who = peer if conn is None else f"{peer} ({conn})"
-                log.warning("resident transport: closed connection from %s: %s", who, reason)
-        finally:
-            if conn is not None:
-                self._drop(conn, reason)
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            if stream is not None:
-                stream.close()
-            sock.close()
+                log.warning(
+                    "resident transport: closed connection from %s (%s): %s",
+                    conn.peer,
+                    conn,
+                    reason,
+                )
+            self._drop(conn, reason)
+            return
+        if frames:
+            conn.last_seen = time.monotonic()
+        for frame in frames:
+            if not self._handle(conn, frame):
+                return
 
-    def _register(self, sock: socket.socket, peer: str, kind: str, f: dict[str, Any]) -> _Conn:
+    def _handle(self, conn: _Conn, frame: Frame) -> bool:
+        try:
+            self._on_frame(conn, frame.kind, frame.fields, frame.payload)
+            return True
+        except WireError as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+            log.warning(
+                "resident transport: closed connection from %s (%s): %s", conn.peer, conn, reason
+            )
+            self._drop(conn, reason)
+            return False
+
+    def _register(
+        self, sock: socket.socket, peer: str, kind: str, f: dict[str, Any], reader: FrameReader
+    ) -> _Conn:
         if kind != "hello":
             raise BadHeader(f"expected a hello, got {kind!r}")
         blocks = f.get("blocks")
@@ -989,7 +1141,7 @@ class ResidentTransport(Transport):
         ):
             raise BadHeader(f"hello announces bad blocks {str(blocks)[:80]}")
         try:
-            conn = _Conn(sock, peer, f)
+            conn = _Conn(sock, peer, f, reader)
         except (TypeError, ValueError) as exc:
             raise BadHeader(f"bad hello: {exc}") from None
         with self._lock:
@@ -1000,6 +1152,7 @@ class ResidentTransport(Transport):
             if self._closing.is_set():
                 raise ConnectionClosed("transport closing")
             self._conns.add(conn)
+            self._changes.append(("add", conn))
             flush = []
             for b in conn.blocks:
                 self._owners[b] = conn
@@ -1008,6 +1161,7 @@ class ResidentTransport(Transport):
                     conn.in_flight[ticket.task_id] = (ticket, t0)
                     flush.append((ticket, call))
             self._lock.notify_all()
+        self._wake_poller()
         log.info("resident transport: %s connected", conn)
         for ticket, call in flush:
             try:
@@ -1079,14 +1233,19 @@ class ResidentTransport(Transport):
         for ticket, t0 in flights:
             self._emit(ticket, status, None, t0, error)
         try:
-            conn.sock.shutdown(socket.SHUT_RDWR)  # wakes its reader thread
+            conn.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
+        self._changes.append(("remove", conn))  # the reader unregisters and closes it
+        self._wake_poller()
 
     def _monitor_loop(self) -> None:
         tick = min(0.5, self.heartbeat_seconds / 2)
         beat = encode_frame("hb")
         while not self._closing.wait(tick):
+            if self._read_lock.acquire(blocking=False):  # nobody is reading: read for them
+                self._read_lock.release()
+                self._poll(0.0)
             now = time.monotonic()
             with self._lock:
                 conns = list(self._conns)
@@ -1114,6 +1273,15 @@ class ResidentTransport(Transport):
                     self._send(conn, beat, lock_timeout=tick)
 
     # --- observability and drills --------------------------------------------------------------
+    @property
+    def stats(self) -> dict[str, int]:
+        """Tickets sent, by how their model travelled (``model_full``, ``model_delta``,
+        ``model_held``)."""
+        with self._lock:
+            out = {f"model_{k}": v for k, v in self._counts.items()}
+        out["tickets"] = sum(self._counts.values())
+        return out
+
     def workers(self) -> list[dict[str, Any]]:
         """The connected workers: blocks, executor, Python pid, Spark partition and attempt."""
         with self._lock:

@@ -52,6 +52,7 @@ __all__ = [
     "BadShape",
     "ConnectionClosed",
     "Frame",
+    "FrameReader",
     "FrameTooLarge",
     "TruncatedFrame",
     "UnsupportedValue",
@@ -144,7 +145,15 @@ _ALLOWED = (
 )
 
 
+_PLAIN = frozenset({type(None), bool, int, float, str})
+
+
 def _encode_value(value: Any, arrays: list[np.ndarray], depth: int) -> Any:
+    kind = type(value)
+    if kind in _PLAIN:
+        return value
+    if kind is tuple and depth < MAX_DEPTH:
+        return {"t": [_encode_value(v, arrays, depth + 1) for v in value]}
     if value is None or isinstance(value, bool | int | float | str):
         return value
     if isinstance(value, np.ndarray):
@@ -379,6 +388,78 @@ def _decode_value(node: Any, arrays: list[np.ndarray], depth: int, counter: list
             raise BadHeader("a named tuple's values do not match its fields")
         return cls(*(_decode_value(v, arrays, depth + 1, counter) for v in node["v"]))
     raise BadHeader(f"unknown payload node {str(node)[:60]}")
+
+
+class FrameReader:
+    """Incremental frames from a socket, for a reader that polls many connections: each
+    :meth:`read` makes exactly one ``recv`` (so a socket that select() reported readable never
+    blocks it) and returns the frames completed so far. A body is received straight into its own
+    buffer (the decoded arrays are views of it)."""
+
+    def __init__(self, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, chunk: int = 1 << 16):
+        self.max_body_bytes = max_body_bytes
+        self.chunk = chunk
+        self._buf = bytearray()
+        self._head: bytes | None = None  # the header of the frame whose body is being received
+        self._body: bytearray | None = None
+        self._got = 0
+
+    def read(self, sock: socket.socket) -> list[Frame]:
+        if self._body is not None:
+            try:
+                n = sock.recv_into(memoryview(self._body)[self._got :])
+            except (ConnectionError, OSError) as exc:
+                raise TruncatedFrame(
+                    f"truncated frame: connection lost in the body: {exc}"
+                ) from None
+            if not n:
+                raise TruncatedFrame(
+                    f"truncated frame: body ended after {self._got} of {len(self._body)} bytes"
+                )
+            self._got += n
+            if self._got < len(self._body):
+                return []
+            assert self._head is not None
+            frame = decode_frame(self._head, self._body)
+            self._head, self._body = None, None
+            return [frame]
+        try:
+            data = sock.recv(self.chunk)
+        except (ConnectionError, OSError) as exc:
+            if self._buf:
+                raise TruncatedFrame(f"truncated frame: connection lost: {exc}") from None
+            raise ConnectionClosed(f"connection lost: {exc}") from None
+        if not data:
+            if self._buf:
+                what = "prefix" if len(self._buf) < PREFIX.size else "header"
+                raise TruncatedFrame(f"truncated frame: {what} ended after {len(self._buf)} bytes")
+            raise ConnectionClosed("connection closed by the peer")
+        self._buf += data
+        return self._parse()
+
+    def _parse(self) -> list[Frame]:
+        frames = []
+        buf = self._buf
+        while len(buf) >= PREFIX.size:
+            magic, head_len, body_len = PREFIX.unpack_from(buf)
+            _check_prefix(magic, head_len, body_len, self.max_body_bytes)
+            start = PREFIX.size + head_len
+            if len(buf) < start:
+                break
+            head = bytes(buf[PREFIX.size : start])
+            have = len(buf) - start
+            if have >= body_len:
+                body = bytearray(buf[start : start + body_len])
+                del buf[: start + body_len]
+                frames.append(decode_frame(head, body))
+                continue
+            self._head = head
+            self._body = bytearray(body_len)
+            self._body[:have] = buf[start:]
+            self._got = have
+            del buf[:]
+            break
+        return frames
 
 
 # --- sockets -------------------------------------------------------------------------------------

@@ -350,7 +350,7 @@ def test_async_run_echoes_every_version_exactly_through_deltas(spark):
     _register_by_value()
     transport = ResidentTransport(spark, max_versions=3)
     rng = np.random.default_rng(5)
-    w = rng.standard_normal(500)
+    w = rng.standard_normal(2000)
     w[:3] = [np.nan, -0.0, np.inf]
     published = {0: w.copy()}
     mismatches = 0
@@ -370,7 +370,7 @@ def test_async_run_echoes_every_version_exactly_through_deltas(spark):
             assert args.block_task >= 0 and args.old_scalars.tolist() == [r.block] * 2
             n += 1
             w = w.copy()
-            w[rng.integers(500, size=3)] = rng.standard_normal(3)  # a sparse change
+            w[rng.integers(2000, size=3)] = rng.standard_normal(3)  # a sparse change
             if n % 10 == 0:
                 w = w + 1.0  # now and then a dense one
             published[eng.publish(w)] = w.copy()
@@ -505,11 +505,13 @@ def test_a_killed_worker_and_a_dropped_socket_fail_their_tickets_and_the_run_fin
         workers = transport.workers()
         counts = dict(eng.core.counts)
         assert eng.core.accounting_closes()
-    assert counts["failed"] >= 2  # the killed worker's ticket and the dropped socket's
+    seen = (counts, victim, workers)
+    assert counts["failed"] >= 2, seen  # the killed worker's ticket and the dropped socket's
     (block1,) = [w for w in workers if w["blocks"] == [1]]
-    assert block1["pid"] != victim["pid"] and block1["attempt"] == 1  # Spark's retry reconnected
+    # Spark's retry of the killed task reconnected
+    assert block1["pid"] != victim["pid"] and block1["attempt"] == 1, seen
     (block2,) = [w for w in workers if w["blocks"] == [2]]
-    assert block2["attempt"] == 0  # the same task reconnected after its socket was dropped
+    assert block2["attempt"] == 0, seen  # the same task reconnected after its socket was dropped
     assert not _pid_alive(victim["pid"])
 
 
