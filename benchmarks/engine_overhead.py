@@ -9,11 +9,19 @@
    asynchronous and SSP with s = 2; results complete in a random order).
 3. Version publishing alternatives through Spark at 10^5 dimensions: one broadcast per version,
    the model inside the task closure, and a closure that carries only a sparse delta (1% of the
-   coordinates; transport cost only — the engine does not publish deltas).
+   coordinates; transport cost only — the job transport does not publish deltas).
+4. The transports side by side, at d = 100 and d = 10^5: bare ``runJob`` (each job ships and
+   returns a d-vector), the job transport (:class:`SparkTransport`, one broadcast per version) and
+   the resident transport (:class:`ResidentTransport`): results/s of a no-op task that returns a
+   d-vector, with a new (dense) model version published after every result, so every ticket carries
+   the whole model; and the driver's CPU time per result (every thread of the driver process), next
+   to the engine's own share measured with an in-process null transport.
 
-Last line: ``RESULT engine_throughput_ratio <engine jobs/s / bare jobs/s>``.
+Last lines: ``RESULT engine_throughput_ratio <engine jobs/s / bare jobs/s>``,
+``RESULT resident_vs_jobs_throughput_d100 <x>`` and ``RESULT resident_vs_jobs_throughput_d1e5 <x>``
+(resident results/s over job-transport results/s; medians of alternating pairs).
 
-Usage: python benchmarks/engine_overhead.py [--quick] [--master local[2]] [--threads 4]
+Usage: python benchmarks/engine_overhead.py [--quick | --smoke] [--master local[2]] [--threads 4]
        python benchmarks/engine_overhead.py --core-only   # the bookkeeping scaling alone, no Spark
 """
 
@@ -31,13 +39,17 @@ from async_spark.engine import (
     AsyncEngine,
     HistoryStore,
     InlinePublisher,
+    Outcome,
     Policy,
+    ResidentTransport,
     SchedulerCore,
     TaskStatus,
+    Transport,
     build_session,
     parse_policy,
 )
 from async_spark.engine.spark import BroadcastPublisher, SparkTransport
+from async_spark.engine.task import TaskReport
 
 
 def noop_task(block, model, args):
@@ -51,14 +63,23 @@ def model_sum_task(block, model, args):
     return float(model[0])
 
 
-def bare_throughput(sc, threads: int, seconds: float) -> float:
-    """Jobs/s of a bare loop of single-partition runJob calls from `threads` driver threads."""
+def vector_task(block, model, args):
+    """A no-op that returns a model-sized payload (as a gradient would be)."""
+    return model
+
+
+def bare_throughput(sc, threads: int, seconds: float, model=None) -> float:
+    """Jobs/s of a bare loop of single-partition runJob calls from `threads` driver threads (each
+    job ships ``model`` in its closure and returns it, when given)."""
     rdd = sc.parallelize(range(threads), threads)
     stop = time.monotonic() + seconds
     counts = [0] * threads
 
     def loop(i: int) -> None:
-        f = lambda it, i=i: [i]  # noqa: E731 - the same tiny closure the engine would ship
+        if model is None:
+            f = lambda it, i=i: [i]  # noqa: E731 - the same tiny closure the engine would ship
+        else:
+            f = lambda it, m=model: [m]  # noqa: E731
         while time.monotonic() < stop:
             sc.runJob(rdd, f, [i])
             counts[i] += 1
@@ -93,6 +114,109 @@ def engine_throughput(sc, threads: int, seconds: float, publisher: str, model, t
                 break
         elapsed = time.monotonic() - start
     return n / elapsed
+
+
+class NullTransport(Transport):
+    """Finishes every task at once, in this thread: what is left is the engine's own cost."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.publisher = InlinePublisher()
+
+    def start(self, num_blocks, slots, run_name, *, task_fn=None) -> None:
+        self.task_fn = task_fn
+
+    def submit(self, ticket, call) -> None:
+        report = TaskReport(ticket.task_id, call.model_ref.value, 1e-5, 0.0, "null", 0)
+        self.outcomes.put(Outcome(ticket, TaskStatus.OK, report, 1e-4))
+
+    def cancel(self, ticket) -> None:
+        return None
+
+    def close(self, timeout: float = 30.0) -> None:
+        return None
+
+
+def run_transport(make_transport, blocks: int, seconds: float, models: list) -> tuple[float, float]:
+    """(results/s, driver CPU microseconds per result) through the engine, fully asynchronous, a
+    new model version published after every result; the transport's start and the first 2 P
+    results (Python workers warming up) are not timed."""
+    n = 0
+    with AsyncEngine(
+        make_transport(),
+        vector_task,
+        num_blocks=blocks,
+        policy=Policy.asynchronous(),
+        initial_model=models[0],
+        run_name="overhead",
+        keep_trajectory=False,
+    ) as eng:
+        warm = 2 * blocks
+        for i, _ in enumerate(eng.results()):
+            eng.publish(models[i % len(models)])
+            if i + 1 == warm:
+                start, cpu = time.monotonic(), time.process_time()
+            elif i >= warm:
+                n += 1
+                if time.monotonic() - start >= seconds:
+                    break
+        elapsed, cpu = time.monotonic() - start, time.process_time() - cpu
+    return n / elapsed, cpu / n * 1e6
+
+
+def compare_transports(
+    spark, dims: list[int], blocks: int, seconds: float, repeats: int
+) -> dict[int, dict[str, list[float]]]:
+    """Bare runJob, job transport and resident transport at each dimension, in alternating runs."""
+    sc = spark.sparkContext
+    out: dict[int, dict[str, list[float]]] = {}
+    for dim in dims:
+        rng = np.random.default_rng(dim)
+        models = [rng.standard_normal(dim) for _ in range(8)]  # every version changes every entry
+        runs: dict[str, list[float]] = {k: [] for k in ("bare", "jobs", "resident")}
+        cpu: dict[str, list[float]] = {"jobs": [], "resident": [], "engine": []}
+        for _ in range(repeats):
+            runs["bare"].append(bare_throughput(sc, blocks, seconds, models[0]))
+            rate, us = run_transport(lambda: SparkTransport(sc), blocks, seconds, models)
+            runs["jobs"].append(rate)
+            cpu["jobs"].append(us)
+            rate, us = run_transport(lambda: ResidentTransport(spark), blocks, seconds, models)
+            runs["resident"].append(rate)
+            cpu["resident"].append(us)
+        _, us = run_transport(NullTransport, blocks, min(seconds, 2.0), models)
+        cpu["engine"].append(us)
+        out[dim] = {**runs, **{f"cpu_{k}": v for k, v in cpu.items()}}
+    return out
+
+
+def _print_transports(table: dict[int, dict[str, list[float]]], master: str, blocks: int) -> dict:
+    print(
+        f"transports, {master}, {blocks} blocks, a no-op task returning a d-vector, a new dense "
+        "version after every result:"
+    )
+    ratios = {}
+    for dim, t in table.items():
+        med = {k: statistics.median(v) for k, v in t.items()}
+        pairs = [r / j for r, j in zip(t["resident"], t["jobs"], strict=True)]
+        ratios[dim] = statistics.median(pairs)
+        print(f"  d={dim}:")
+        for name, label in (
+            ("bare", "bare sc.runJob (model in and out)"),
+            ("jobs", "job transport (broadcast)"),
+            ("resident", "resident transport"),
+        ):
+            runs = ", ".join(f"{x:.1f}" for x in t[name])
+            print(f"    {label:36s} {med[name]:9.1f} results/s (runs: {runs})")
+        print(
+            f"    driver CPU per result: resident {med['cpu_resident']:.0f} us, job transport "
+            f"{med['cpu_jobs']:.0f} us, engine alone (null transport) {med['cpu_engine']:.0f} us"
+        )
+        print(
+            f"    resident / job transport {ratios[dim]:.1f}x (pairs: "
+            f"{', '.join(f'{r:.1f}' for r in pairs)}); resident / bare runJob "
+            f"{med['resident'] / med['bare']:.1f}x"
+        )
+    return ratios
 
 
 def driver_costs(dim: int, blocks: int, results: int) -> dict[str, float]:
@@ -159,6 +283,7 @@ def broadcast_create_ms(sc, dim: int, reps: int) -> float:
 def main(argv: list[str] | None = None) -> float:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="short run (CI-sized)")
+    ap.add_argument("--smoke", action="store_true", help="seconds: each measurement once, briefly")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--threads", type=int, default=4, help="driver threads = blocks in flight")
     ap.add_argument("--dim", type=int, default=100_000)
@@ -168,17 +293,21 @@ def main(argv: list[str] | None = None) -> float:
     if args.core_only:
         _print_core_scaling(5_000 if args.quick else 20_000)
         return float("nan")
-    seconds = 3.0 if args.quick else 8.0
-    repeats = args.repeats or (3 if args.quick else 5)
+    seconds = 1.0 if args.smoke else 2.0 if args.quick else 3.0
+    repeats = args.repeats or (1 if args.smoke else 3)
+    scale = 0.1 if args.smoke else 0.25 if args.quick else 1.0  # of the no-Spark loops
 
     spark = build_session(
         args.master, app_name="engine-overhead", conf={"spark.ui.enabled": "false"}
     )
     sc = spark.sparkContext
     try:
-        # warm up the JVM, the Python workers and the code paths
-        bare_throughput(sc, args.threads, 2.0)
-        engine_throughput(sc, args.threads, 2.0, "inline", np.zeros(1), noop_task)
+        # warm up the JVM, the Python workers and the code paths (the resident job's first
+        # launch also starts its Python workers)
+        warm = 0.5 if args.smoke else 2.0
+        bare_throughput(sc, args.threads, warm)
+        engine_throughput(sc, args.threads, warm, "inline", np.zeros(1), noop_task)
+        run_transport(lambda: ResidentTransport(spark), args.threads, warm, [np.zeros(1)])
 
         bare, eng = [], []
         for _ in range(repeats):  # alternate, so drift of this shared machine hits both alike
@@ -197,37 +326,43 @@ def main(argv: list[str] | None = None) -> float:
             f"  engine (async, publish)  {e:7.1f} results/s (runs: {', '.join(f'{x:.1f}' for x in eng)})"
         )
 
-        costs = driver_costs(args.dim, 16, 20_000 if not args.quick else 5_000)
-        bc_ms = broadcast_create_ms(sc, args.dim, 10 if args.quick else 30)
+        costs = driver_costs(args.dim, 16, int(20_000 * scale))
+        bc_ms = broadcast_create_ms(sc, args.dim, 3 if args.smoke else 10 if args.quick else 30)
         print("driver cost per accepted result (no Spark, P=16, barrier:0.5+tau:8):")
         print(f"  bookkeeping + policy     {costs['bookkeeping_policy_ms']:.4f} ms")
         print(f"  history store publish    {costs['publish_store_ms']:.4f} ms (d={args.dim})")
         print(
             f"  creating a broadcast     {bc_ms:.3f} ms (d={args.dim}, when a task first needs it)"
         )
-        _print_core_scaling(5_000 if args.quick else 20_000)
+        _print_core_scaling(int(20_000 * scale))
 
         dim = args.dim
+        alt = {}
         w = np.random.default_rng(2).standard_normal(dim)
         k = max(1, dim // 100)
         delta = (np.arange(k, dtype=np.int64) * 100, np.ones(k))
-        alt = {}
-        for name, publisher, model in (
-            ("broadcast per version", "broadcast", w),
-            ("model in the closure", "inline", w),
-            ("sparse delta (1%) in closure", "inline", delta),
-        ):
-            alt[name] = engine_throughput(
-                sc, args.threads, seconds, publisher, model, model_sum_task
-            )
-        print(f"version publishing alternatives, d={dim}, publish after every result:")
-        for name, rate in alt.items():
-            print(f"  {name:30s} {rate:7.1f} results/s")
+        if not args.smoke:  # the job transport's publishing options (the resident one: below)
+            for name, publisher, model in (
+                ("broadcast per version", "broadcast", w),
+                ("model in the closure", "inline", w),
+                ("sparse delta (1%) in closure", "inline", delta),
+            ):
+                alt[name] = engine_throughput(
+                    sc, args.threads, seconds, publisher, model, model_sum_task
+                )
+            print(f"version publishing alternatives, d={dim}, publish after every result:")
+            for name, rate in alt.items():
+                print(f"  {name:30s} {rate:7.1f} results/s")
+
+        table = compare_transports(spark, [100, 100_000], args.threads, seconds, repeats)
+        transport_ratios = _print_transports(table, args.master, args.threads)
     finally:
         spark.stop()
     ratio = statistics.median(pair_ratios)
     print(f"  per-pair ratios engine/bare: {', '.join(f'{r:.3f}' for r in pair_ratios)}")
     print(f"RESULT engine_throughput_ratio {ratio:.3f}")
+    print(f"RESULT resident_vs_jobs_throughput_d100 {transport_ratios[100]:.1f}")
+    print(f"RESULT resident_vs_jobs_throughput_d1e5 {transport_ratios[100_000]:.1f}")
     return ratio
 
 
