@@ -39,6 +39,7 @@ from async_spark.solvers.config import (
     LINEAR_METHODS,
     MOMENTUM_METHODS,
     SYNC_METHODS,
+    TRANSPORTS,
     ConfigError,
     TrainConfig,
 )
@@ -287,6 +288,13 @@ class _AsyncLinearParams(_PredictorParams, HasRegParam, HasElasticNetParam, HasS
         "straggler model for experiments: none | intensity:C | cloud | slow-executor:F.",
         typeConverter=_checked("stragglers", TypeConverters.toString, _straggler_model),
     )
+    transport: Param[str] = Param(
+        Params._dummy(),
+        "transport",
+        "how tasks reach the executors: resident (one Spark job of long-running tasks per fit, "
+        "tickets over an authenticated socket) or jobs (one Spark job per task).",
+        typeConverter=_checked("transport", _word, _one_of(TRANSPORTS)),
+    )
     seed: Param[int] = Param(
         Params._dummy(),
         "seed",
@@ -340,6 +348,7 @@ class _AsyncLinearParams(_PredictorParams, HasRegParam, HasElasticNetParam, HasS
             beta=0.0,
             tau=-1,
             stragglers="none",
+            transport="resident",
             seed=0,
             evalEvery=0.5,
             stagingDir="",
@@ -380,6 +389,9 @@ class _AsyncLinearParams(_PredictorParams, HasRegParam, HasElasticNetParam, HasS
     def getStragglers(self) -> str:
         return self.getOrDefault(self.stragglers)
 
+    def getTransport(self) -> str:
+        return self.getOrDefault(self.transport)
+
     def getSeed(self) -> int:
         return self.getOrDefault(self.seed)
 
@@ -419,6 +431,7 @@ class _AsyncLinearParams(_PredictorParams, HasRegParam, HasElasticNetParam, HasS
             beta=None if beta == 0.0 else beta,
             tau=None if tau < 0 else tau,
             stragglers=self.getStragglers(),
+            transport=self.getTransport(),
             seed=self.getSeed(),
             max_updates=self.getMaxUpdates(),
             time_budget=None if budget == 0.0 else budget,
@@ -476,6 +489,9 @@ class _HasSetters(Params):
 
     def setStragglers(self, value: str) -> Any:
         return self._set(stragglers=value)
+
+    def setTransport(self, value: str) -> Any:
+        return self._set(transport=value)
 
     def setSeed(self, value: int) -> Any:
         return self._set(seed=value)

@@ -299,3 +299,19 @@ def test_bad_combinations_and_data_are_refused(assembled, spark):
     )
     with pytest.raises(ParamValueError, match="family='binomial' needs labels 0 and 1"):
         AsyncLogisticRegression(family="binomial").fit(three)
+
+
+def test_a_seeded_synchronous_fit_is_the_same_on_both_transports(assembled):
+    """transport is a Param: resident tasks (the default) and one job per task give the same
+    bit-identical model for a seeded synchronous method."""
+    train, _ = assembled
+    est = AsyncLogisticRegression(
+        method="saga", regParam=0.01, maxUpdates=15, stepSize=0.2, numPartitions=4, seed=3
+    )
+    assert est.getTransport() == "resident"
+    resident = est.fit(train)
+    jobs = est.copy({est.transport: "jobs"}).fit(train)
+    np.testing.assert_array_equal(resident.coefficients.toArray(), jobs.coefficients.toArray())
+    assert resident.intercept == jobs.intercept
+    with pytest.raises(ValueError, match="transport must be one of resident, jobs"):
+        est.setTransport("carrier-pigeon")
