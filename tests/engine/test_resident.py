@@ -208,57 +208,90 @@ def frame_bytes(header: dict, body: bytes = b"", magic=wire.MAGIC, head_len=None
     return prefix + head + body
 
 
-@pytest.mark.parametrize(
-    "raw, error, match",
-    [
-        (frame_bytes({"k": "x"}, magic=b"HTTP"), wire.BadMagic, "bad magic"),
-        (frame_bytes({"k": "x"}, head_len=wire.MAX_HEADER_BYTES + 1), wire.FrameTooLarge, "header"),
-        (frame_bytes({"k": "x"}, body_len=1 << 40), wire.FrameTooLarge, "body of 1099511627776"),
-        (frame_bytes({"k": "x", "a": [["complex128", [1]]]}, b"\0" * 16), wire.BadDtype, "complex"),
-        (frame_bytes({"k": "x", "a": [["object", [1]]]}, b"\0" * 8), wire.BadDtype, "unknown"),
-        (frame_bytes({"k": "x", "a": [["float64", [3]]]}, b"\0" * 16), wire.BadShape, "needs 24"),
-        (frame_bytes({"k": "x", "a": [["float64", [1]]]}, b"\0" * 16), wire.BadShape, "take 8"),
-        (frame_bytes({"k": "x", "a": [["float64", [-1]]]}, b"\0" * 8), wire.BadShape, "bad shape"),
-        (frame_bytes({"k": "x", "a": [["float64", [True]]]}, b"\0" * 8), wire.BadShape, "shape"),
-        (
-            frame_bytes({"k": "x", "a": [["float64", [1]]]}, b"\0" * 8)[:-3],
-            wire.TruncatedFrame,
-            "body",
-        ),
-        (frame_bytes({"k": "x"})[:-2], wire.TruncatedFrame, "header ended"),
-        (frame_bytes({"k": "x"})[:7], wire.TruncatedFrame, "prefix ended after 7"),
-        (wire.PREFIX.pack(wire.MAGIC, 3, 0) + b"{x}", wire.BadHeader, "not valid JSON"),
-        (wire.PREFIX.pack(wire.MAGIC, 2, 0) + b"\xff\xfe", wire.BadHeader, "not valid JSON"),
-        (frame_bytes([1, 2]), wire.BadHeader, "JSON object"),
-        (frame_bytes({"k": "x", "p": {"a": 0}}), wire.BadHeader, "out of range"),
-        (frame_bytes({"k": "x", "p": {"zz": 1}}), wire.BadHeader, "unknown payload node"),
-        (
-            frame_bytes({"k": "x", "p": {"n": "T", "f": ["__class__"], "v": [1]}}),
-            wire.BadHeader,
-            "named",
-        ),
-        (frame_bytes({"k": "x", "p": {"n": "a b", "f": ["x"], "v": [1]}}), wire.BadHeader, "named"),
-        (frame_bytes({"k": "x", "p": {"n": "T", "f": ["if"], "v": [1]}}), wire.BadHeader, "named"),
-        (
-            frame_bytes({"k": "x", "p": {"n": "T", "f": ["x"], "v": [1, 2]}}),
-            wire.BadHeader,
-            "match",
-        ),
-        (
-            frame_bytes({"k": "x", "p": json.loads('{"t": [' * 40 + "1" + "]}" * 40)}),
-            wire.BadHeader,
-            "deeper",
-        ),
-        (
-            wire.PREFIX.pack(wire.MAGIC, 20_001, 0) + b"[" * 20_000 + b"1",
-            wire.BadHeader,
-            "not valid JSON",
-        ),
-    ],
-)
+BAD_FRAMES = [
+    (frame_bytes({"k": "x"}, magic=b"HTTP"), wire.BadMagic, "bad magic"),
+    (frame_bytes({"k": "x"}, head_len=wire.MAX_HEADER_BYTES + 1), wire.FrameTooLarge, "header"),
+    (frame_bytes({"k": "x"}, body_len=1 << 40), wire.FrameTooLarge, "body of 1099511627776"),
+    (frame_bytes({"k": "x", "a": [["complex128", [1]]]}, b"\0" * 16), wire.BadDtype, "complex"),
+    (frame_bytes({"k": "x", "a": [["object", [1]]]}, b"\0" * 8), wire.BadDtype, "unknown"),
+    (frame_bytes({"k": "x", "a": [["float64", [3]]]}, b"\0" * 16), wire.BadShape, "needs 24"),
+    (frame_bytes({"k": "x", "a": [["float64", [1]]]}, b"\0" * 16), wire.BadShape, "take 8"),
+    (frame_bytes({"k": "x", "a": [["float64", [-1]]]}, b"\0" * 8), wire.BadShape, "bad shape"),
+    (frame_bytes({"k": "x", "a": [["float64", [True]]]}, b"\0" * 8), wire.BadShape, "shape"),
+    (
+        frame_bytes({"k": "x", "a": [["float64", [1]]]}, b"\0" * 8)[:-3],
+        wire.TruncatedFrame,
+        "body",
+    ),
+    (frame_bytes({"k": "x"})[:-2], wire.TruncatedFrame, "header ended"),
+    (frame_bytes({"k": "x"})[:7], wire.TruncatedFrame, "prefix ended after 7"),
+    (wire.PREFIX.pack(wire.MAGIC, 3, 0) + b"{x}", wire.BadHeader, "not valid JSON"),
+    (wire.PREFIX.pack(wire.MAGIC, 2, 0) + b"\xff\xfe", wire.BadHeader, "not valid JSON"),
+    (frame_bytes([1, 2]), wire.BadHeader, "JSON object"),
+    (frame_bytes({"k": "x", "p": {"a": 0}}), wire.BadHeader, "out of range"),
+    (frame_bytes({"k": "x", "p": {"zz": 1}}), wire.BadHeader, "unknown payload node"),
+    (
+        frame_bytes({"k": "x", "p": {"n": "T", "f": ["__class__"], "v": [1]}}),
+        wire.BadHeader,
+        "named",
+    ),
+    (frame_bytes({"k": "x", "p": {"n": "a b", "f": ["x"], "v": [1]}}), wire.BadHeader, "named"),
+    (frame_bytes({"k": "x", "p": {"n": "T", "f": ["if"], "v": [1]}}), wire.BadHeader, "named"),
+    (
+        frame_bytes({"k": "x", "p": {"n": "T", "f": ["x"], "v": [1, 2]}}),
+        wire.BadHeader,
+        "match",
+    ),
+    (
+        frame_bytes({"k": "x", "p": json.loads('{"t": [' * 40 + "1" + "]}" * 40)}),
+        wire.BadHeader,
+        "deeper",
+    ),
+    (
+        wire.PREFIX.pack(wire.MAGIC, 20_001, 0) + b"[" * 20_000 + b"1",
+        wire.BadHeader,
+        "not valid JSON",
+    ),
+]
+
+
+@pytest.mark.parametrize("raw, error, match", BAD_FRAMES)
 def test_wire_refuses_bad_frames(raw, error, match):
     with pytest.raises(error, match=match):
         wire.read_frame(io.BytesIO(raw))
+
+
+def read_all(raw: bytes, chunk: int) -> list:
+    """Frames read from ``raw`` by a FrameReader over a socket, ``chunk`` bytes per recv."""
+    a, b = socket.socketpair()
+    try:
+        a.sendall(raw)
+        a.shutdown(socket.SHUT_WR)
+        reader = wire.FrameReader(chunk=chunk)
+        frames = []
+        while True:
+            try:
+                frames += reader.read(b)
+            except wire.ConnectionClosed:
+                return frames
+    finally:
+        a.close()
+        b.close()
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 1 << 16])
+def test_frame_reader_splits_and_joins_frames_across_reads(chunk):
+    payloads = [np.arange(1000.0), None, (Args(1, np.zeros(3, np.int32)), "s"), np.zeros(0)]
+    raw = b"".join(b"".join(wire.encode_frame("x", {"i": i}, p)) for i, p in enumerate(payloads))
+    frames = read_all(raw, chunk)
+    assert [f.fields["i"] for f in frames] == [0, 1, 2, 3]
+    assert all(same(p, f.payload) for p, f in zip(payloads, frames, strict=True))
+
+
+@pytest.mark.parametrize("raw, error, match", BAD_FRAMES)
+def test_frame_reader_refuses_bad_frames(raw, error, match):
+    with pytest.raises(error, match=match):
+        read_all(raw, 1 << 16)
 
 
 def test_wire_clean_end_of_stream_and_limit():
