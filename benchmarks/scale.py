@@ -21,6 +21,8 @@ Usage:
         [--pairs saga,sgd] [--data SPEC] [--cost-model FILE] [--rounds R] [--json FILE]
 Without ``--cost-model`` the cost model is calibrated first on ``local[2]`` (one Spark session,
 stopped before the emulation starts). Last line: ``RESULT asaga_speedup_emulated_32 <x>``.
+``--smoke`` (seconds, no Spark): P = 32 only, tiny data, one step, 4 rounds, and a fixed cost
+model (:data:`SMOKE_COST`, round figures, not measured) unless ``--cost-model`` is given.
 """
 
 from __future__ import annotations
@@ -57,6 +59,13 @@ QUICK_DATA = "builtin:synthetic?n=100000&d=10000&nnz=50&seed=0"
 CALIBRATION_DATA = "builtin:synthetic?n=40000&d=47000&nnz=75&seed=1"
 STEP_GRID = (16.0, 4.0, 1.0, 0.25, 1 / 16)  # multiples of the auto step (1/(3L) SAGA, 1/(2L) SGD)
 NETWORK = {"bandwidth_bytes_per_second": 1.25e9, "latency_seconds": 5e-4}
+SMOKE_DATA = "builtin:synthetic?n=3200&d=200&nnz=5&seed=0"
+SMOKE_COST = CostModel(
+    task_overhead_seconds=0.05,
+    seconds_per_nnz=1e-8,
+    compute_fixed_seconds=1e-4,
+    source="benchmarks/scale.py --smoke: round figures, not measured",
+)
 
 
 def calibrated_cost(path: str | None, save: str | None) -> CostModel:
@@ -132,7 +141,6 @@ def driver_costs(source: Any, desc: Any, cfg: TrainConfig) -> dict[str, float]:
             initial_model=theta,
             task_seconds=lambda t: 1.0,
             cost=CostModel(driver_seconds=None),
-            progress=False,
             keep_trajectory=True,
         )
         with eng:
@@ -200,6 +208,9 @@ def main(argv: list[str] | None = None) -> float:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument(
+        "--smoke", action="store_true", help="tiny sizes, seconds, no Spark: checks the script runs"
+    )
+    ap.add_argument(
         "--workers", default=None, help="comma list (default 8,32,128,1024; quick 8,32)"
     )
     ap.add_argument(
@@ -229,6 +240,10 @@ def main(argv: list[str] | None = None) -> float:
     )
     ap.add_argument("--json", default=None, help="also write every row to this JSON file")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.quick = True
+        args.workers, args.data = args.workers or "32", args.data or SMOKE_DATA
+        args.rounds, args.step_grid = args.rounds or 4.0, args.step_grid or "1"
     workers = [
         int(p) for p in (args.workers or ("8,32" if args.quick else "8,32,128,1024")).split(",")
     ]
@@ -241,7 +256,10 @@ def main(argv: list[str] | None = None) -> float:
         tuple(float(g) for g in args.sync_step_grid.split(",")) if args.sync_step_grid else grid
     )
 
-    base_cost = calibrated_cost(args.cost_model, args.save_cost_model).replace(**NETWORK)
+    if args.smoke and not args.cost_model:
+        base_cost = SMOKE_COST.replace(**NETWORK)
+    else:
+        base_cost = calibrated_cost(args.cost_model, args.save_cost_model).replace(**NETWORK)
     print(f"# cost model: {json.dumps(base_cost.to_dict())}", flush=True)
     rows: list[dict[str, Any]] = []
     for P in workers:

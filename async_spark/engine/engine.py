@@ -21,12 +21,11 @@ import logging
 import os
 import queue
 import statistics
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import Any
 
 import numpy as np
 
@@ -101,8 +100,6 @@ class AsyncEngine:
     max_in_flight, max_retries, backoff : see :class:`SchedulerCore`
     run_name : str
         Names the run's Spark jobs (UI descriptions and tags).
-    progress : bool or TextIO
-        A driver-side progress line about once a second (to stderr when True).
     keep_trajectory : bool
         Record (seconds, version, staleness, block, accepted) per finished task.
     validate_payload : callable, optional
@@ -130,7 +127,6 @@ class AsyncEngine:
         max_retries: int = 3,
         backoff: float = 0.5,
         run_name: str = "async-spark",
-        progress: bool | TextIO = False,
         keep_trajectory: bool = True,
         clock: Callable[[], float] = time.monotonic,
         initial_version: int = 0,
@@ -176,10 +172,6 @@ class AsyncEngine:
         self.last_error: str | None = None
         self.keep_trajectory = keep_trajectory
         self.trajectory: list[tuple[float, int, int, int, bool, str]] = []
-        self._progress_out: TextIO | None = (
-            sys.stderr if progress is True else (progress if progress else None)
-        )
-        self._last_progress = 0.0
         self._t0 = clock()
 
     # --- lifecycle ----------------------------------------------------------------------------
@@ -288,7 +280,6 @@ class AsyncEngine:
                 outcome = self.transport.outcomes.get(timeout=poll)
             except queue.Empty:
                 waited += poll
-                self._maybe_progress()
                 if waited > idle_timeout:
                     raise EngineError(
                         f"no task finished in {idle_timeout:.0f}s with {self.core.in_flight} in flight"
@@ -296,7 +287,6 @@ class AsyncEngine:
                 continue
             waited = 0.0
             decision = self._account(outcome)
-            self._maybe_progress()
             if decision.accepted and outcome.report is not None:
                 report = outcome.report
                 yield TaskResult(
@@ -412,29 +402,6 @@ class AsyncEngine:
         snap["live_broadcasts"] = self.history.live_handles
         snap["stragglers"] = str(self.stragglers)
         return snap
-
-    def _maybe_progress(self) -> None:
-        out = self._progress_out
-        if out is None:
-            return
-        now = self._clock()
-        if now - self._last_progress < 1.0:
-            return
-        elapsed = max(now - self._t0, 1e-9)
-        self._last_progress = now
-        c = self.core.counts
-        hist = self.core.staleness_histogram
-        total = sum(hist.values())
-        mean_stale = sum(k * v for k, v in hist.items()) / total if total else 0.0
-        slow = sum(1 for b in self.core.snapshot()["blocks"] if b["status"] in ("failed", "dead"))
-        end = "\r" if getattr(out, "isatty", lambda: False)() else "\n"
-        out.write(
-            f"[{self.run_name}] v={self.core.version} {c['accepted'] / elapsed:.1f} upd/s "
-            f"staleness mean={mean_stale:.2f} max={max(hist) if hist else 0} "
-            f"rejected={c['rejected']} cancelled={c['cancelled']} failed={c['failed']} "
-            f"in-flight={self.core.in_flight} unhealthy-blocks={slow}{end}"
-        )
-        out.flush()
 
     def write_trajectory(self, path: str | os.PathLike[str]) -> None:
         """Write the per-task trajectory as JSON lines (atomically)."""

@@ -265,7 +265,6 @@ def train_linear(
             else resume.engine.get("mean_task_seconds"),
             max_retries=config.max_retries,
             run_name=run_name,
-            progress=False,  # the bar below shows the engine's figures
             **(
                 {}
                 if resume is None
