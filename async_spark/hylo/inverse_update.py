@@ -2,9 +2,9 @@
 
 :func:`update_inverses`, collectively on every rank:
 
-1. each rank reduces each captured layer's local rows (all of them for SNGD, ``r = ceil(rho n)``
-   sampled rows for KIS, the interpolative decomposition's rows and weight block for KID) into
-   one flat buffer;
+1. each rank reduces each captured layer's local rows (all of them for SNGD; for KIS
+   ``r = ceil(rho n)`` importance-sampled rows, scaled by their inverse inclusion probabilities;
+   for KID the interpolative decomposition's rows and weight block) into one flat buffer;
 2. one all-gather of the row counts and one of the buffers (bucketed over layers);
 3. each layer's gathered rows join its ``fisher_window`` (:func:`append_to_window`);
 4. each layer's owner (assigned by cost) builds and inverts its m' x m' matrix, and every owner
@@ -105,11 +105,11 @@ def update_inverses(
         else:
             r = min(n, max(1, math.ceil(rank_ratio * n)))
             if method == "kis":
-                idx = kernels.kis_select(A, G, r, generator)
-                W = None
+                idx, scale = kernels.kis_sample(A, G, r, generator)
+                AS, GS, W = A[idx] * scale.unsqueeze(1), G[idx], None
             else:
                 idx, W = kernels.kid_select(A, G, r)
-            AS, GS = A[idx], G[idx]
+                AS, GS = A[idx], G[idx]
         meta += [n, r]
         pieces += [AS.reshape(-1), GS.reshape(-1)]
         if W is not None:

@@ -25,7 +25,12 @@ at cost O(n^2 (d_in + d_out) + n^3), independent of d_in * d_out (Ren & Goldfarb
 gradient, "SNGD").  HyLo (Mu, Soori, Can, Gurbuzbalaban, Mehri Dehnavi, SC22) keeps r << n rows:
 
 * KIS (kernel importance sampling): draw r rows without replacement with probability
-  p_i proportional to K_ii = |a_i|^2 |g_i|^2 and use F_S = (1/r) sum_{i in S} u_i u_i^T.
+  p_i proportional to K_ii = |a_i|^2 |g_i|^2 (successive sampling, as the paper's
+  ``torch.multinomial``) and weight each kept row by its inverse inclusion probability,
+  F_S = (1/n) sum_{i in S} u_i u_i^T / pi_i, so that E[F_S] = F (Horvitz-Thompson with the
+  threshold-conditioned pi_i of Cohen & Kaplan's bottom-k sketches, see :func:`kis_sample`).
+  The paper's unweighted (1/r) sum_{i in S} u_i u_i^T overweights the rows it favours: its
+  expectation is not F, and its directions were 2-4x further from SNGD at moderate damping.
 * KID (kernel interpolative decomposition): order the rows by K_ii (a stand-in for column
   pivoting), QR-factor the reordered kernel K[:, order] = Q [R11 R12], keep the first r rows S and
   the interpolation matrix P = [I_r, T], T = R11^+ R12, so that K ~ K[:, S] P.  The induced row
@@ -60,6 +65,7 @@ from torch import Tensor
 __all__ = [
     "kernel_matrix",
     "sample_scores",
+    "kis_sample",
     "kis_select",
     "kid_select",
     "kid_core",
@@ -150,13 +156,20 @@ def sample_scores(A: Tensor, G: Tensor) -> Tensor:
     return (A * A).sum(dim=1) * (G * G).sum(dim=1)
 
 
-def kis_select(A: Tensor, G: Tensor, rank: int, generator: torch.Generator | None = None) -> Tensor:
-    """Sample ``rank`` row indices without replacement with ``p_i`` proportional to ``K_ii``.
+def kis_sample(
+    A: Tensor, G: Tensor, rank: int, generator: torch.Generator | None = None
+) -> tuple[Tensor, Tensor]:
+    """KIS's rows and their importance weights: ``rank`` rows drawn without replacement with
+    ``p_i`` proportional to ``K_ii``, each with the scale that makes the Fisher estimate unbiased.
 
     Sequential sampling without replacement is drawn in one shot with the Gumbel-top-k trick
-    (keys ``log p_i + Gumbel``; the ``rank`` largest keys).  Rows with ``K_ii = 0`` are taken only
-    after every row with positive probability; if no score is positive (or a score is not
-    finite), the draw is uniform.
+    (keys ``log K_ii + Gumbel``, i.e. ``K_ii / E_i`` with ``E_i`` exponential; the ``rank``
+    largest keys).  Conditioned on ``t``, the ``(rank + 1)``-th largest ``K_ii / E_i``, row i is
+    kept with probability ``pi_i = 1 - exp(-K_ii / t)`` (Cohen & Kaplan, "Summarizing data using
+    bottom-k sketches", PODC 2007), so ``(1/n) sum_{i in S} u_i u_i^T / pi_i`` is an unbiased
+    estimate of F; with ``rank == n`` every ``pi_i`` is 1.  Rows with ``K_ii = 0`` are taken only
+    after every row with positive probability (their u_i is 0: weight 1); if no score is positive
+    (or a score is not finite), the draw is uniform.
 
     Parameters
     ----------
@@ -169,8 +182,12 @@ def kis_select(A: Tensor, G: Tensor, rank: int, generator: torch.Generator | Non
 
     Returns
     -------
-    Tensor of int64, shape (rank,)
+    idx : Tensor of int64, shape (rank,)
         Sorted row indices.
+    scale : Tensor, shape (rank,), dtype of ``A``
+        ``sqrt(rank / (n pi_i))``: with the kept rows of ``A`` multiplied by it, the usual
+        ``(1/rank) sum`` over the kept rows is the unbiased estimate ``(1/n) sum u_i u_i^T /
+        pi_i`` (what :func:`kis_direction` and the preconditioner use).
     """
     n = A.shape[0]
     scores = sample_scores(A, G).to(torch.float64)
@@ -180,8 +197,23 @@ def kis_select(A: Tensor, G: Tensor, rank: int, generator: torch.Generator | Non
     u = torch.rand(n, generator=generator, dtype=torch.float64, device=rand_device).to(A.device)
     u = u.clamp(min=1e-300, max=1.0 - 1e-16)
     keys = torch.log(scores) - torch.log(-torch.log(u))
-    idx = torch.topk(keys, rank, largest=True, sorted=False).indices
-    return torch.sort(idx).values
+    top = torch.topk(keys, min(n, rank + 1), largest=True, sorted=True).indices
+    idx = top[:rank]
+    pi = torch.ones(rank, dtype=torch.float64, device=A.device)
+    if rank < n:
+        t = torch.exp(keys[top[rank]])  # the threshold K_t / E_t (0 when it is a zero row)
+        w = scores[idx]
+        pos = (w > 0) & (t > 0)
+        pi = torch.where(pos, -torch.expm1(-w / torch.where(t > 0, t, 1.0)), pi)
+        pi = pi.clamp(min=1e-300)
+    scale = torch.sqrt(rank / (n * pi)).to(A.dtype)
+    order = torch.argsort(idx)
+    return idx[order], scale[order]
+
+
+def kis_select(A: Tensor, G: Tensor, rank: int, generator: torch.Generator | None = None) -> Tensor:
+    """The row indices of :func:`kis_sample` (sorted, shape (rank,)), without the weights."""
+    return kis_sample(A, G, rank, generator)[0]
 
 
 def kid_select(A: Tensor, G: Tensor, rank: int) -> tuple[Tensor, Tensor]:
@@ -353,7 +385,8 @@ def kis_direction(
     rank: int,
     generator: torch.Generator | None = None,
 ) -> Tensor:
-    """HyLo's KIS direction: SNGD on ``rank`` rows sampled with ``p_i`` proportional to K_ii.
+    """HyLo's KIS direction: SNGD on ``rank`` rows sampled with ``p_i`` proportional to K_ii,
+    weighted by their inverse inclusion probabilities.
 
     Parameters
     ----------
@@ -367,7 +400,8 @@ def kis_direction(
     Returns
     -------
     Tensor, shape (d_out, d_in)
-        ``(F_S + lambda I)^{-1} grad`` with ``F_S = (1/r) sum_{i in S} u_i u_i^T``.
+        ``(F_S + lambda I)^{-1} grad`` with ``F_S = (1/n) sum_{i in S} u_i u_i^T / pi_i`` (the
+        unbiased estimate of :func:`kis_sample`).
     """
     _check_factors(A, G, grad)
     lam = _check_damping(damping)
@@ -376,8 +410,8 @@ def kis_direction(
         raise ValueError(
             f"generator must be a torch.Generator or None, got {type(generator).__name__}"
         )
-    idx = kis_select(A, G, r, generator)
-    AS, GS = A[idx], G[idx]
+    idx, scale = kis_sample(A, G, r, generator)
+    AS, GS = A[idx] * scale.unsqueeze(1), G[idx]
     return woodbury_apply(AS, GS, woodbury_inverse(AS, GS, lam), grad, lam)
 
 

@@ -65,13 +65,46 @@ def test_full_rank_reductions_equal_sngd(method, dtype):
     torch.testing.assert_close(got, ref, rtol=tol, atol=tol)
 
 
-def test_kis_is_sngd_of_sampled_rows_against_dense():
+def test_kis_is_sngd_of_weighted_sampled_rows_against_dense():
+    # (F_S + lambda I)^{-1} grad with F_S = sum_{i in S} u_i u_i^T / (n pi_i), built explicitly
     A, G, grad = _factors(12, 4, 3)
-    idx = K.kis_select(A, G, 5, torch.Generator().manual_seed(3))
+    idx, scale = K.kis_sample(A, G, 5, torch.Generator().manual_seed(3))
+    assert torch.equal(idx, K.kis_select(A, G, 5, torch.Generator().manual_seed(3)))
     got = K.kis_direction(A, G, grad, 0.5, 5, generator=torch.Generator().manual_seed(3))
+    weights = scale**2 / 5  # = 1 / (n pi_i)
     torch.testing.assert_close(
-        got, _dense_direction(A[idx], G[idx], grad, 0.5), rtol=1e-9, atol=1e-10
+        got, _dense_direction(A[idx], G[idx], grad, 0.5, weights), rtol=1e-9, atol=1e-10
     )
+
+
+def _kis_fisher_mean(A, G, rank, draws, weighted):
+    n = A.shape[0]
+    U = torch.stack([torch.outer(G[i], A[i]).reshape(-1) for i in range(n)])
+    gen = torch.Generator().manual_seed(0)
+    total = torch.zeros(U.shape[1], U.shape[1], dtype=torch.float64)
+    for _ in range(draws):
+        idx, scale = K.kis_sample(A, G, rank, gen)
+        US = U[idx] * (scale.unsqueeze(1) if weighted else 1.0)
+        total += US.T @ US / rank
+    return total / draws, U.T @ U / n
+
+
+def test_kis_fisher_estimate_is_unbiased():
+    # Importance sampling must weight the kept rows by 1/pi_i: E[F_S] = F.  The unweighted
+    # (1/r) sum over the kept rows (the paper's formula, used here until this test) is biased
+    # towards the rows it favours -- with one heavy row, its trace is ~4x F's.
+    A, G, _ = _factors(8, 2, 2)
+    A[3] *= 6.0
+    mean, F = _kis_fisher_mean(A, G, 2, 4000, weighted=True)
+    rel = float((mean - F).norm() / F.norm())
+    assert rel < 0.05, rel
+    biased, _ = _kis_fisher_mean(A, G, 2, 500, weighted=False)
+    assert float((biased - F).norm() / F.norm()) > 0.5
+    # every weight is 1 at full rank (KIS = SNGD), and never below it otherwise
+    _, scale = K.kis_sample(A, G, 8, torch.Generator().manual_seed(1))
+    torch.testing.assert_close(scale, torch.ones(8, dtype=torch.float64))
+    _, scale = K.kis_sample(A, G, 3, torch.Generator().manual_seed(1))
+    assert bool((scale**2 * 8 / 3 >= 1 - 1e-12).all())
 
 
 def test_kis_sampling_follows_kernel_diagonal():
