@@ -27,6 +27,7 @@ ASYNC measured its mean task time on workers that each had their own core; measu
 Usage:
     python benchmarks/async_speedup.py [--quick] [--partitions 8,16]
         [--stragglers intensity:0.3,intensity:0.6,intensity:1.0,cloud] [--budget SECONDS]
+    python benchmarks/async_speedup.py --smoke   # seconds: P = 2, tiny data, 3 s runs (no figure)
 Last line: ``RESULT asaga_speedup_cloud <x>`` (P = the first of --partitions).
 """
 
@@ -50,6 +51,10 @@ from async_spark.solvers.methods import method as method_row
 from async_spark.solvers.worker import LinearTask, TaskArgs, sample_rows
 
 PAIRS = {"saga": "asaga", "sgd": "asgd"}
+
+
+DEFAULT_DATA = "builtin:synthetic?n=100000&d=10000&nnz=50&seed=0"
+SMOKE_DATA = "builtin:synthetic?n=4000&d=200&nnz=10&seed=0"
 
 
 def dedicated_core_task_seconds(sc, source, desc, cfg: TrainConfig, tasks: int = 24) -> float:
@@ -115,6 +120,7 @@ def run_pair(
     stragglers: str,
     budget: float,
     straggler_base: float,
+    snapshots: int = 40,
 ):
     out = {}
     for method in (sync, PAIRS[sync]):
@@ -125,7 +131,7 @@ def run_pair(
                 "stragglers": stragglers,
                 "straggler_base": straggler_base,
                 "time_budget": budget,
-                "eval_every": budget / 40,
+                "eval_every": budget / snapshots,
             }
         )
         out[method] = train_linear(cfg, spark=spark, dataset=dataset)
@@ -135,6 +141,9 @@ def run_pair(
 def main(argv: list[str] | None = None) -> float:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument(
+        "--smoke", action="store_true", help="tiny sizes, seconds: checks the script runs"
+    )
     ap.add_argument("--partitions", default=None, help="comma list (default 8,16; quick: 8)")
     ap.add_argument(
         "--stragglers", default=None, help="comma list (default: ASYNC's four; quick: cloud)"
@@ -147,7 +156,7 @@ def main(argv: list[str] | None = None) -> float:
     ap.add_argument(
         "--budget", type=float, default=None, help="seconds per run (default 20; quick 8)"
     )
-    ap.add_argument("--data", default="builtin:synthetic?n=100000&d=10000&nnz=50&seed=0")
+    ap.add_argument("--data", default=DEFAULT_DATA)
     ap.add_argument("--batch-fraction", type=float, default=0.5)
     ap.add_argument(
         "--step",
@@ -159,6 +168,13 @@ def main(argv: list[str] | None = None) -> float:
     ap.add_argument("--l2", type=float, default=1e-4)
     ap.add_argument("--json", default=None, help="also write the figures to this JSON file")
     args = ap.parse_args(argv)
+    calibration_tasks, snapshots = 24, 40
+    if args.smoke:
+        args.quick = True
+        args.partitions, args.budget = args.partitions or "2", args.budget or 3.0
+        if args.data == DEFAULT_DATA:
+            args.data = SMOKE_DATA
+        calibration_tasks, snapshots = 6, 8
     partitions = [int(p) for p in (args.partitions or ("8" if args.quick else "8,16")).split(",")]
     models = (
         args.stragglers
@@ -185,12 +201,14 @@ def main(argv: list[str] | None = None) -> float:
             )
             for sync in methods:
                 cal_cfg = TrainConfig(**{**base.__dict__, "method": sync})
-                task_s = dedicated_core_task_seconds(spark.sparkContext, *dataset, cal_cfg)
-                clean = run_pair(spark, dataset, base, sync, "none", budget, task_s)
+                task_s = dedicated_core_task_seconds(
+                    spark.sparkContext, *dataset, cal_cfg, tasks=calibration_tasks
+                )
+                clean = run_pair(spark, dataset, base, sync, "none", budget, task_s, snapshots)
                 round_clean = round_seconds(clean[sync])
                 baseline = speedup_of(clean[sync], clean[PAIRS[sync]])
                 for model in models:
-                    res = run_pair(spark, dataset, base, sync, model, budget, task_s)
+                    res = run_pair(spark, dataset, base, sync, model, budget, task_s, snapshots)
                     s, a = res[sync], res[PAIRS[sync]]
                     round_slow = round_seconds(s)
                     speedup = speedup_of(s, a)

@@ -31,6 +31,7 @@ Last line: ``RESULT data_path_overhead_ratio_largest <worker-cache total / in-pr
 largest size.
 
 Usage: python benchmarks/data_path.py [--quick] [--master local[2]] [--sizes 1e5 1e6 ...]
+       python benchmarks/data_path.py --smoke   # seconds: one block of 10^4 nonzeros, 3 repeats
 """
 
 from __future__ import annotations
@@ -104,12 +105,18 @@ def drop_worker_caches(sc: Any, rdd: Any) -> None:
 def main(argv: list[str] | None = None) -> float:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="short run (under ~2 minutes)")
+    ap.add_argument(
+        "--smoke", action="store_true", help="tiny sizes, seconds: checks the script runs"
+    )
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--sizes", type=float, nargs="+", default=None, help="nonzeros per block")
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--cached-max", type=float, default=1e7, help="largest size for RDD.cache()")
     ap.add_argument("--driver-memory", default="3g")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.sizes, args.repeats = args.sizes or [1e4], args.repeats or 3
+        args.driver_memory = "1g"
     sizes = [
         int(s) for s in (args.sizes or ([1e5, 1e6, 5e6] if args.quick else [1e5, 1e6, 1e7, 5e7]))
     ]
@@ -129,7 +136,7 @@ def main(argv: list[str] | None = None) -> float:
     rows_out = []
     summary: dict[int, dict[str, float]] = {}
     try:
-        for _ in range(5):  # warm the JVM, the Python worker, imports
+        for _ in range(2 if args.smoke else 5):  # warm the JVM, the Python worker, imports
             sc.runJob(one, noop, [0])
         for size in sizes:
             # a term drawn twice in a row counts once: ~47.1 distinct nonzeros per row, not 50

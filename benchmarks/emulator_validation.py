@@ -14,6 +14,7 @@ The machine is shared: the load average is printed with the table, as it moves t
 Usage:
     python benchmarks/emulator_validation.py [--quick] [--workers 4,8] [--budget SECONDS]
         [--methods sgd,asgd,saga,asaga] [--cores 2] [--json FILE]
+    python benchmarks/emulator_validation.py --smoke   # seconds: P = 2, ASAGA/SAGA, tiny data
 Last line: ``RESULT emulator_validation_max_error <fraction>`` (largest |predicted/measured - 1|).
 """
 
@@ -39,6 +40,9 @@ from async_spark.solvers import TrainConfig, build_model, train_linear  # noqa: 
 from async_spark.solvers.emulation import calibrate, virtual_engine_factory  # noqa: E402
 
 PAIRS = (("sgd", "asgd"), ("saga", "asaga"))
+DEFAULT_METHODS = "sgd,asgd,saga,asaga"
+DEFAULT_DATA = "builtin:synthetic?n=100000&d=10000&nnz=50&seed=0"
+SMOKE_DATA = "builtin:synthetic?n=4000&d=200&nnz=10&seed=0"
 
 
 def round_or_rate(run: Any) -> str:
@@ -51,17 +55,28 @@ def round_or_rate(run: Any) -> str:
 def main(argv: list[str] | None = None) -> float:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument(
+        "--smoke", action="store_true", help="tiny sizes, seconds: checks the script runs"
+    )
     ap.add_argument("--workers", default=None, help="comma list (default 4,8; quick 4)")
-    ap.add_argument("--methods", default="sgd,asgd,saga,asaga")
+    ap.add_argument("--methods", default=DEFAULT_METHODS)
     ap.add_argument(
         "--budget", type=float, default=None, help="seconds per run (default 15; quick 6)"
     )
-    ap.add_argument("--data", default="builtin:synthetic?n=100000&d=10000&nnz=50&seed=0")
+    ap.add_argument("--data", default=DEFAULT_DATA)
     ap.add_argument("--batch-fraction", type=float, default=0.5)
     ap.add_argument("--stragglers", default="cloud")
     ap.add_argument("--cores", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
+    tasks_per_fraction = 6
+    if args.smoke:
+        args.workers, args.budget = args.workers or "2", args.budget or 2.0
+        if args.methods == DEFAULT_METHODS:
+            args.methods = "saga,asaga"
+        if args.data == DEFAULT_DATA:
+            args.data = SMOKE_DATA
+        tasks_per_fraction = 2
     workers = [int(p) for p in (args.workers or ("4" if args.quick else "4,8")).split(",")]
     methods = args.methods.split(",")
     budget = args.budget or (6.0 if args.quick else 15.0)
@@ -77,7 +92,7 @@ def main(argv: list[str] | None = None) -> float:
             batch_fraction=args.batch_fraction,
             stragglers=args.stragglers,
             time_budget=budget,
-            eval_every=budget / 40,
+            eval_every=budget / (8 if args.smoke else 40),
             quiet=True,
             seed=0,
         )
@@ -90,7 +105,7 @@ def main(argv: list[str] | None = None) -> float:
             warm = TrainConfig(**{**base.__dict__, "method": "asgd", "stragglers": "none"})
             warm.time_budget, warm.max_updates = None, 4 * P
             train_linear(warm.validate(), spark=spark, dataset=dataset)
-            cost = calibrate(spark, source, desc, tasks_per_fraction=6)
+            cost = calibrate(spark, source, desc, tasks_per_fraction=tasks_per_fraction)
             model_bytes = payload_nbytes(init_params(build_model(base, desc)))
             nnz_task = args.batch_fraction * (desc.nnz or 0) / P
             task_s = cost.expected_task_seconds(nnz_task, model_bytes, model_bytes)

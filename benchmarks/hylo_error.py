@@ -14,6 +14,7 @@ the mean KID error at rho = 0.1, batch 128 (above 1 when KID is more accurate).
 Usage::
 
     python benchmarks/hylo_error.py --quick
+    python benchmarks/hylo_error.py --smoke   # seconds: 1 warm-up epoch, rho 0.1 and 1, 1 seed
 """
 
 from __future__ import annotations
@@ -56,9 +57,14 @@ def rank90(A: torch.Tensor, G: torch.Tensor) -> int:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument(
+        "--smoke", action="store_true", help="tiny sizes, seconds: checks the script runs"
+    )
     ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--warm-epochs", type=int, default=2)
+    ap.add_argument("--warm-epochs", type=int, default=None, help="default 2 (smoke: 1)")
     args = ap.parse_args()
+    if args.warm_epochs is None:
+        args.warm_epochs = 1 if args.smoke else 2
     torch.manual_seed(0)
     data = load_dataset("builtin:mnist1d", "cnn1d")
     model = CNN1D()
@@ -70,8 +76,14 @@ def main() -> None:
             opt.zero_grad()
             F.cross_entropy(model(data.x_train[idx]), data.y_train[idx]).backward()
             opt.step()
-    ratios = [0.1, 0.4, 1.0] if args.quick else [0.05, 0.1, 0.2, 0.4, 0.8, 1.0]
-    seeds = 2 if args.quick else args.seeds
+    ratios = (
+        [0.1, 1.0]
+        if args.smoke
+        else [0.1, 0.4, 1.0]
+        if args.quick
+        else [0.05, 0.1, 0.2, 0.4, 0.8, 1.0]
+    )
+    seeds = 1 if args.smoke else 2 if args.quick else args.seeds
     batch = 128
     layers = capture(model, data.x_train[:batch], data.y_train[:batch])
     print(f"# gradient error vs SNGD, batch {batch}, damping {DAMPING}, {seeds} KIS seeds")
@@ -94,7 +106,7 @@ def main() -> None:
         print(
             f"# mean over layers rho={rho}: KID {mean_err[rho][0]:.3e} KIS {mean_err[rho][1]:.3e}"
         )
-    sizes = [32, 128, 512] if args.quick else [32, 64, 128, 256, 512]
+    sizes = [32, 128] if args.smoke else [32, 128, 512] if args.quick else [32, 64, 128, 256, 512]
     print("# kernel rank (singular values covering 90% of the spectrum) vs batch size")
     print(f"{'layer':<8}" + "".join(f"{f'b={b}':>9}" for b in sizes))
     ranks: dict[str, list[int]] = {}

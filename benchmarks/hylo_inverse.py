@@ -25,6 +25,10 @@ Usage::
 
     python benchmarks/hylo_inverse.py --quick          # the largest layer, b = 32, P = 1, 64
     python benchmarks/hylo_inverse.py --out runs/hylo_inverse.json
+    python benchmarks/hylo_inverse.py --smoke          # seconds: the smallest layer, b = 32, P = 64
+
+``--smoke`` reports its RESULT on the smallest layer shape (the largest one's K-FAC inverse alone
+takes seconds on a CPU): it checks that the script runs, it is not the figure.
 """
 
 from __future__ import annotations
@@ -120,6 +124,9 @@ def kfac_times(d_in: int, d_out: int, device: torch.device, repeats: int) -> tup
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="largest layer only, b=32, P=1,64")
+    ap.add_argument(
+        "--smoke", action="store_true", help="smallest layer, b=32, P=64, 1 repeat (seconds)"
+    )
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--sngd-max", type=int, default=4096, help="largest P*b for SNGD")
@@ -128,7 +135,12 @@ def main() -> None:
     device = torch.device(args.device)
     shapes = resnet50_layer_shapes()
     largest = max(shapes[:-1], key=lambda s: s[1] * s[2])
-    if args.quick:
+    if args.smoke:
+        largest = min(shapes, key=lambda s: s[1] * s[2])  # the RESULT's layer in this mode
+        shapes_run = [largest]
+        batches, worlds = [32], [64]
+        args.repeats, args.sngd_max = 1, 256
+    elif args.quick:
         shapes_run = [largest]
         batches, worlds = [32], [1, 64]
     else:

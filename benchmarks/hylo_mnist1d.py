@@ -49,6 +49,11 @@ Usage::
     python benchmarks/hylo_mnist1d.py --epochs 30 --seeds 5
     python benchmarks/hylo_mnist1d.py --width 256 --epochs 12 --seeds 5 --no-smw --out w256.json
     python benchmarks/hylo_mnist1d.py --width 512 --epochs 8 --no-smw --chosen w256.json
+    python benchmarks/hylo_mnist1d.py --smoke   # seconds: no sweep, 1 seed, 12 epochs, no SMW
+
+``--smoke`` skips the sweep and runs :data:`SMOKE_CHOSEN` (the configurations the full sweep
+chose at width 25, session 3 in RESULTS.md) on one seed: it checks that the script runs and
+that its RESULT lines are numbers, it is not the figure.
 """
 
 from __future__ import annotations
@@ -75,6 +80,11 @@ TARGET_T85_RATIO = 1.4
 TIMES = (("first", "time_to_accuracy"), ("sustained", "time_to_sustained_accuracy"))
 
 # K-FAC gets HyLo's KL clip inside async_spark.hylo.train (cfg.kl_clip), as KAISA clips K-FAC.
+SMOKE_CHOSEN: dict[str, tuple[float, float, dict[str, Any]]] = {
+    "sgd": (0.1, 0.03, {}),
+    "hylo": (0.3, 0.03, {"fisher_window": 10}),
+    "kfac": (0.1, 0.01, {"factor_decay": 0.0}),
+}
 
 
 def _run(
@@ -185,6 +195,9 @@ def _median(v: list[float]) -> float | None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="smaller sweep, 3 seeds, 15 epochs")
+    ap.add_argument(
+        "--smoke", action="store_true", help="no sweep, 1 seed, 12 epochs, no SMW (seconds)"
+    )
     ap.add_argument("--epochs", type=int, default=30)
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--batch-size", type=int, default=128)
@@ -229,6 +242,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.quick:
         args.epochs, args.seeds = 15, 3
+    if args.smoke:
+        args.epochs, args.seeds, args.evals_per_epoch, args.no_smw = 12, 1, 1, True
     seeds = list(range(args.seeds))
     lrs = [0.1, 0.3] if args.quick else [0.03, 0.1, 0.3]
     sgd_lrs = [0.03, 0.1, 0.3] if args.quick else [0.03, 0.1, 0.3, 1.0]
@@ -253,7 +268,10 @@ def main() -> None:
         f"warm-up {args.warmup_epochs} epochs, {args.threads} thread(s), "
         f"{args.evals_per_epoch} evaluations per epoch"
     )
-    if args.chosen:
+    if args.smoke:
+        grid, chosen = {}, dict(SMOKE_CHOSEN)
+        print(f"# smoke: no sweep, the configurations {chosen}")
+    elif args.chosen:
         grid = {}
         chosen, source = _load_chosen(args.chosen, no_smw=args.no_smw)
         print(f"# no sweep: the configurations chosen in {args.chosen}: {chosen}")

@@ -29,6 +29,7 @@ Last line: ``RESULT kfac_vs_hylo_epoch_seconds <kfac/hylo at the widest width>``
 Usage::
 
     python benchmarks/hylo_width.py --quick
+    python benchmarks/hylo_width.py --smoke   # seconds: widths 8 and 16, 1 round of 2 epochs
     python benchmarks/hylo_width.py --out runs/hylo_width.json
 """
 
@@ -100,6 +101,9 @@ def _widths(text: str) -> list[int]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="widths 25,128, 2 rounds")
+    ap.add_argument(
+        "--smoke", action="store_true", help="widths 8,16, 1 round of 2 epochs (seconds)"
+    )
     ap.add_argument("--widths", type=_widths, default=[25, 64, 128, 256, 512])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--epochs", type=int, default=3, help="per run; the first is not counted")
@@ -110,6 +114,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.quick:
         args.widths, args.rounds = [25, 128], 2
+    if args.smoke:
+        args.widths, args.rounds, args.epochs = [8, 16], 1, 2
     if args.epochs < 2 or args.rounds < 1:
         ap.error("--epochs must be >= 2 (the first is not counted) and --rounds >= 1")
     print(

@@ -12,6 +12,7 @@ result, P blocks in flight on ``local[P]``), and for asynchronous momentum with 
 damping beta / (1 + c * staleness), c = 0.5.
 
 Usage: python benchmarks/momentum_engine.py [--quick] [--partitions 4]
+       python benchmarks/momentum_engine.py --smoke   # seconds: SGD, AG, AAG to 5e-2 on P = 2
 Last line: ``RESULT ag_vs_sgd_updates_sync <sgd updates / ag updates>``.
 """
 
@@ -52,11 +53,15 @@ def updates_to(result, target: float) -> int | None:
 def main(argv: list[str] | None = None) -> float:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--partitions", type=int, default=4)
-    ap.add_argument("--tolerance", type=float, default=1e-3)
+    ap.add_argument(
+        "--smoke", action="store_true", help="tiny sizes, seconds: checks the script runs"
+    )
+    ap.add_argument("--partitions", type=int, default=None, help="default 4 (smoke: 2)")
+    ap.add_argument("--tolerance", type=float, default=None, help="default 1e-3 (smoke: 5e-2)")
     args = ap.parse_args(argv)
-    P = args.partitions
-    max_updates = 300 if args.quick else 600
+    P = args.partitions or (2 if args.smoke else 4)
+    args.tolerance = args.tolerance or (5e-2 if args.smoke else 1e-3)
+    max_updates = 120 if args.smoke else 300 if args.quick else 600
     dataset = open_dataset("builtin:breast_cancer", P, standardize=True, loss="logistic")
     best = optimum(*dataset)
     target = best * (1 + args.tolerance)
@@ -76,13 +81,16 @@ def main(argv: list[str] | None = None) -> float:
         ("ahb", dict(momentum_damping=0.5)),
         ("aag", dict(momentum_damping=0.5)),
     ]
+    if args.smoke:  # the RESULT's two and one asynchronous momentum run
+        runs = [runs[0], runs[2], runs[5]]
     spark = build_session(
         f"local[{P}]", app_name="momentum-engine", conf={"spark.ui.enabled": "false"}
     )
     figures = {}
     try:
         print(
-            f"{'method':18s} {'updates to 1e-3':>16s} {'final rel. gap':>15s} {'mean staleness':>15s}"
+            f"{'method':18s} {f'updates to {args.tolerance:g}':>16s} {'final rel. gap':>15s} "
+            f"{'mean staleness':>15s}"
         )
         for method, extra in runs:
             cfg = TrainConfig(

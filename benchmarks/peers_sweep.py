@@ -6,6 +6,7 @@ a grid of step scales (units of 1/L_avg) and momenta, and prints one line per po
 
 Usage: python benchmarks/peers_sweep.py [--methods saga,asaga,ag,aag] [--scales 1,2,3]
   [--momenta 0,0.3,0.5,0.7] [--batch-fraction 0.5] [--max-updates 400]
+       python benchmarks/peers_sweep.py --smoke   # seconds: SAGA and AG, n = 2000, target 1e-2
 Last line: ``RESULT fewest_updates_to_target <count>`` (the best point of the sweep).
 """
 
@@ -42,7 +43,13 @@ def main(argv: list[str] | None = None) -> int | None:
     ap.add_argument("--batch-fraction", type=float, default=0.5)
     ap.add_argument("--max-updates", type=int, default=400)
     ap.add_argument("--target", type=float, default=1e-3)
+    ap.add_argument(
+        "--smoke", action="store_true", help="tiny sizes, seconds: checks the script runs"
+    )
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.methods, args.scales, args.momenta = "saga,ag", [1.0, 2.0], [0.5]
+        args.n, args.max_updates, args.target = 2000, 150, 1e-2
     X, y = make_dense(args.n, args.d, 0)
     bench = Bench(argparse.Namespace(l2=args.l2, target=args.target), X, y)
     print(f"n={args.n} d={args.d} P={args.partitions} b={args.batch_fraction} L_avg={bench.L:.4f}")

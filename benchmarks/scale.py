@@ -21,7 +21,7 @@ Usage:
         [--pairs saga,sgd] [--data SPEC] [--cost-model FILE] [--rounds R] [--json FILE]
 Without ``--cost-model`` the cost model is calibrated first on ``local[2]`` (one Spark session,
 stopped before the emulation starts). Last line: ``RESULT asaga_speedup_emulated_32 <x>``.
-``--smoke`` (seconds, no Spark): P = 32 only, tiny data, one step, 4 rounds, and a fixed cost
+``--smoke`` (seconds, no Spark): P = 32 only, tiny data, one step each, 4 rounds, and a fixed cost
 model (:data:`SMOKE_COST`, round figures, not measured) unless ``--cost-model`` is given.
 """
 
@@ -243,7 +243,9 @@ def main(argv: list[str] | None = None) -> float:
     if args.smoke:
         args.quick = True
         args.workers, args.data = args.workers or "32", args.data or SMOKE_DATA
-        args.rounds, args.step_grid = args.rounds or 4.0, args.step_grid or "1"
+        args.rounds = args.rounds or 4.0
+        # one step per method; the asynchronous one small (staleness ~ P = 32)
+        args.step_grid, args.sync_step_grid = args.step_grid or "0.0625", args.sync_step_grid or "1"
     workers = [
         int(p) for p in (args.workers or ("8,32" if args.quick else "8,32,128,1024")).split(",")
     ]

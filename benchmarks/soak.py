@@ -11,6 +11,7 @@ resident memory of the driver (Python process + JVM, whose heap is bounded at 1 
 plateaus); the JVM heap that survives a full GC is printed too (the finer leak indicator).
 
 Usage: python benchmarks/soak.py [--quick] [--updates N] [--partitions 32]
+       python benchmarks/soak.py --smoke   # seconds: 150 updates on 4 blocks (no leak figure)
 """
 
 from __future__ import annotations
@@ -50,11 +51,14 @@ def jvm_pid(spark) -> int:
 def main(argv: list[str] | None = None) -> float:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument(
+        "--smoke", action="store_true", help="tiny sizes, seconds: checks the script runs"
+    )
     ap.add_argument("--updates", type=int, default=None)
-    ap.add_argument("--partitions", type=int, default=32)
+    ap.add_argument("--partitions", type=int, default=None, help="default 32 (smoke: 4)")
     args = ap.parse_args(argv)
-    updates = args.updates or (3000 if args.quick else 20000)
-    P = args.partitions
+    updates = args.updates or (150 if args.smoke else 3000 if args.quick else 20000)
+    P = args.partitions or (4 if args.smoke else 32)
 
     # A bounded driver heap: the JVM grows its heap lazily up to the bound (a quarter of the
     # machine's memory by default), which is growth but not a leak.
@@ -75,23 +79,26 @@ def main(argv: list[str] | None = None) -> float:
     heap: list[tuple[int, float]] = []
     stop = threading.Event()
 
+    def sample() -> None:
+        eng = engines[-1] if engines else None
+        samples.append(
+            (
+                eng.version if eng else 0,
+                eng.history.live_handles if eng else 0,
+                threading.active_count(),
+                rss_mb(os.getpid()),
+                rss_mb(jpid),
+            )
+        )
+        if eng is not None and len(samples) % 10 == 0:
+            try:
+                heap.append((eng.version, jvm_heap_used_mb(spark)))
+            except Exception as exc:  # noqa: BLE001 - a failed sample must not end the soak
+                print(f"heap sample failed: {exc}", file=sys.stderr)
+
     def monitor() -> None:
         while not stop.wait(1.0):
-            eng = engines[-1] if engines else None
-            samples.append(
-                (
-                    eng.version if eng else 0,
-                    eng.history.live_handles if eng else 0,
-                    threading.active_count(),
-                    rss_mb(os.getpid()),
-                    rss_mb(jpid),
-                )
-            )
-            if eng is not None and len(samples) % 10 == 0:
-                try:
-                    heap.append((eng.version, jvm_heap_used_mb(spark)))
-                except Exception as exc:  # noqa: BLE001 - a failed sample must not end the soak
-                    print(f"heap sample failed: {exc}", file=sys.stderr)
+            sample()
 
     data = "builtin:synthetic?n=20000&d=2000&nnz=20&seed=1"
     dataset = open_dataset(data, P, loss="logistic")
@@ -117,6 +124,8 @@ def main(argv: list[str] | None = None) -> float:
     finally:
         stop.set()
         mon.join()
+    if not samples:  # a short run (--smoke) can end before the monitor's first second
+        sample()
     elapsed = time.monotonic() - t0
     eng = engines[-1]
     threads_after = threading.active_count()
