@@ -11,8 +11,13 @@ Differences from :class:`~.launcher.BarrierLauncher` that matter here:
   file first;
 * startup: one more process (torchrun) and its own c10d rendezvous per task;
 * GPUs: from ``spark.task.resource.gpu.amount`` (a whole number), not a stage-level profile;
-* failures: a raising rank makes torchrun exit non-zero; the task raises with the last 100 lines
-  of the child's output and the stage fails; no timeout of its own (we add a driver-side one);
+* failures: pyspark's torchrun wrapper exits 0 whatever torchrun returns, so a raising rank only
+  shows as "TorchDistributor failed during training. View stdout logs" (no output file). So each
+  rank catches its own error instead: it writes the one-line error to the rendezvous store and
+  returns; rank 0 returns its error, or the first other rank's found in the store (a rank 0 that
+  waited in a collective for a dead rank times out first), and :func:`run_torchdistributor`
+  raises :class:`RankFailedError` naming that rank and error; no timeout of its own (we add a
+  driver-side one);
 * only rank 0's return value comes back (cloudpickle), logs are streamed to the driver's stdout.
 """
 
@@ -44,22 +49,52 @@ def _torchdist_main(
     cuda = params["device"] == "cuda"
     backend = "nccl" if cuda else "gloo"
     device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}" if cuda else "cpu"
-    if cuda:
-        torch.cuda.set_device(torch.device(device))
-    dist.init_process_group(backend, timeout=timedelta(seconds=float(params["timeout"])))
+    ctx = RankContext(rank, world, device, backend)
     ready_at = time.time()
+    initialized = False
     try:
-        ctx = RankContext(rank, world, device, backend)
+        if cuda:
+            torch.cuda.set_device(torch.device(device))
+        dist.init_process_group(backend, timeout=timedelta(seconds=float(params["timeout"])))
+        initialized = True
+        ready_at = time.time()
         t = time.perf_counter()
         shard = load_shard(ShardSource(**source), rank, world)
         ctx.log(f"read {shard[0].shape[0]} rows (own shard) in {time.perf_counter() - t:.3f}s")
         result = hylo_rank(ctx, shard, params, source)
+    except Exception as exc:  # reported through the store and rank 0's output (see above)
+        message = " ".join(f"{type(exc).__name__}: {exc}".split())[:2000]
+        result = {"rank_error": _share_error(rank, world, message, initialized)}
     finally:
-        dist.destroy_process_group()
+        if initialized:
+            dist.destroy_process_group()
     if rank == 0:
         result["timings"] = {"submitted_at": submitted_at, "ready_at": ready_at}
         result["logs"] = ctx.logs
     return result
+
+
+_ERROR_KEY = "async_spark_rank_error_"
+
+
+def _share_error(rank: int, world: int, message: str, initialized: bool) -> dict[str, Any]:
+    """Publish this rank's error; on rank 0 pick the error to report: another rank's first (this
+    rank's own may only be the timeout of waiting for it), else its own."""
+    if not initialized:
+        return {"rank": rank, "error": message}
+    import torch.distributed as dist
+
+    try:
+        store = dist.distributed_c10d._get_default_store()
+        store.set(f"{_ERROR_KEY}{rank}", message)
+        if rank == 0:
+            for other in range(1, world):
+                key = f"{_ERROR_KEY}{other}"
+                if store.check([key]):
+                    return {"rank": other, "error": store.get(key).decode()}
+    except Exception:  # the store is gone with the group: report what this rank knows
+        pass
+    return {"rank": rank, "error": message}
 
 
 _WRAPPERS = ("Py4JJavaError", "SparkException", "PythonException", "ChildFailedError")
@@ -113,6 +148,13 @@ def run_torchdistributor(spark: Any, cfg: Any, src: ShardSource) -> tuple[dict[s
             f"TorchDistributor stage failed: {_first_user_error(str(box['error']))}"
         ) from None
     result: dict[str, Any] = box["result"]
+    if "rank_error" in result:
+        failed = result["rank_error"]
+        raise RankFailedError(
+            f"rank {failed['rank']} of the TorchDistributor stage failed: {failed['error']}",
+            int(failed["rank"]),
+            result.get("logs"),
+        )
     timings = result.pop("timings")
     logs = result.pop("logs")
     extra = {
