@@ -28,7 +28,7 @@ import scipy.sparse as sp
 
 from async_spark.data.blocks import Block, BlockSource, private_directory
 from async_spark.data.builtin import _block_bounds
-from async_spark.data.errors import DataError
+from async_spark.data.errors import DataError, rows_cannot_fill
 
 __all__ = ["ArraySource", "array_source", "stage_arrays", "default_staging_dir"]
 
@@ -195,5 +195,5 @@ def array_source(
         meta = json.load(f)
     n, d = meta["shape"]
     if n < num_blocks:
-        raise DataError(f"X: {n} rows cannot fill num_blocks={num_blocks} blocks")
+        raise rows_cannot_fill("X", n, num_blocks)
     return ArraySource(directory, digest, int(n), int(d), bool(meta["sparse"]), num_blocks, dense)

@@ -18,7 +18,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from async_spark.data.blocks import Block, BlockSource
-from async_spark.data.errors import DataError
+from async_spark.data.errors import DataError, rows_cannot_fill
 
 __all__ = [
     "SYNTHETIC_CHUNK_ROWS",
@@ -154,14 +154,18 @@ def synthetic_source(
         Mean fraction of nonzeros per row (mean nnz per row = ``density * d``).
     seed : int >= 0
     """
-    if not isinstance(n, int) or n < max(1, num_blocks):
-        raise ValueError(f"n must be an integer >= num_blocks ({num_blocks}), got {n!r}")
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"builtin:synthetic: n must be an integer >= 1, got {n!r}")
+    if n < num_blocks:
+        raise rows_cannot_fill(f"builtin:synthetic?n={n}", n, num_blocks)
     if not isinstance(d, int) or d < 2:
-        raise ValueError(f"d must be an integer >= 2, got {d!r}")
+        raise ValueError(f"builtin:synthetic: d must be an integer >= 2, got {d!r}")
     if not 0.0 < float(density) <= 1.0:
-        raise ValueError(f"density must be in (0, 1], got {density!r}")
+        raise ValueError(
+            f"builtin:synthetic: density must be in (0, 1], got {density!r} (nnz = density * d)"
+        )
     if not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+        raise ValueError(f"builtin:synthetic: seed must be an integer >= 0, got {seed!r}")
     return SyntheticSource(n, d, float(density), seed, num_blocks, bool(dense))
 
 
@@ -252,5 +256,5 @@ def small_dataset(
     items = tuple(sorted((params or {}).items()))
     X, _ = _small_arrays(name, items)
     if X.shape[0] < num_blocks:
-        raise DataError(f"builtin:{name}: {X.shape[0]} rows cannot fill num_blocks={num_blocks}")
+        raise rows_cannot_fill(f"builtin:{name}", int(X.shape[0]), num_blocks)
     return SmallDatasetSource(name, int(X.shape[0]), num_blocks, items, bool(dense))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 from typing import Any
 from urllib.parse import parse_qsl
@@ -12,7 +13,7 @@ import numpy as np
 from async_spark.data.arrays import array_source
 from async_spark.data.blocks import BlockSource, DatasetDescriptor
 from async_spark.data.builtin import SMALL_DATASETS, small_dataset, synthetic_source
-from async_spark.data.errors import DataError
+from async_spark.data.errors import OPTION, DataError
 from async_spark.data.libsvm import LibsvmSource, libsvm_source
 from async_spark.data.limits import feature_limit
 from async_spark.data.parquet import ParquetSource, parquet_source
@@ -45,8 +46,11 @@ def parse_builtin_spec(spec: str) -> tuple[str, dict[str, Any]]:
         _SYNTHETIC_PARAMS if name == "synthetic" else {"num_samples": int, "seed": int}
     )
     if name != "synthetic" and name not in SMALL_DATASETS:
+        names = ("synthetic", *SMALL_DATASETS)
+        close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
         raise ValueError(
-            f"unknown built-in dataset {name!r}; choose from synthetic, {', '.join(SMALL_DATASETS)}"
+            f"unknown built-in dataset {name!r}; choose from {', '.join(names)}"
+            + (f"; did you mean 'builtin:{close[0]}'?" if close else "")
         )
     params: dict[str, Any] = {}
     for key, raw in parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query)):
@@ -75,6 +79,38 @@ def _is_parquet(path: str) -> bool:
         return any(
             n.endswith(".parquet") and not n.startswith((".", "_")) for n in os.listdir(path)
         )
+    return False
+
+
+CSV_HELP = (
+    "CSV is not a supported format; convert it to LIBSVM, e.g. in Python: "
+    "df = pandas.read_csv(PATH); sklearn.datasets.dump_svmlight_file(df.drop(columns='label'), "
+    "df['label'], 'data.svm'), or to Parquet with a vector column (docs/quickstart.md, "
+    "'Your own data')"
+)
+
+
+def _looks_like_csv(path: str) -> bool:
+    """A ``.csv``/``.tsv`` name, or a first data line with commas and no ``index:value``."""
+    first = path
+    if os.path.isdir(path):
+        names = sorted(n for n in os.listdir(path) if not n.startswith((".", "_")))
+        if not names:
+            return False
+        first = os.path.join(path, names[0])
+    if not os.path.isfile(first):
+        return False  # the reader says what is wrong with it
+    if first.lower().endswith((".csv", ".tsv", ".csv.gz")):
+        return True
+    try:
+        with open(first, "rb") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return False
+    for raw in head.splitlines()[:5]:
+        line = raw.split(b"#", 1)[0].strip()
+        if line:
+            return b"," in line and b":" not in line
     return False
 
 
@@ -157,7 +193,11 @@ def open_dataset(
         num_features = _check_int("num_features", num_features, 1)
         limit = feature_limit(1)
         if num_features > limit.max_features:
-            raise ValueError(limit.message(f"num_features={num_features}"))
+            raise DataError(
+                limit.message(f"num_features={num_features}"),
+                option="num_features",
+                problem=limit.message(f"{OPTION} {num_features}"),
+            )
     if dense not in (None, True, False):
         raise ValueError(f"dense must be True, False or None, got {dense!r}")
     if spec is None:
@@ -170,7 +210,11 @@ def open_dataset(
             raise ValueError(f"array input must be a pair (X, y), got {len(spec)} items")
         X, y = spec
         if num_features is not None and X.shape[1] != num_features:
-            raise DataError(f"X: has {X.shape[1]} columns, num_features={num_features}")
+            raise DataError(
+                f"X: has {X.shape[1]} columns, num_features={num_features}",
+                option="num_features",
+                problem=f"X: has {X.shape[1]} columns, {OPTION} says {num_features}",
+            )
         source = array_source(X, y, P, staging_dir=staging_dir, dense=dense)
         where = "arrays (X, y)"
     elif isinstance(spec, str) and spec.startswith("builtin:"):
@@ -199,6 +243,8 @@ def open_dataset(
             )
             where = f"{path} column {label_column!r}"
         else:
+            if _looks_like_csv(path):
+                raise DataError(f"{path}: {CSV_HELP}")
             source = libsvm_source(
                 path, P, num_features=num_features, dense=False, limit=feature_limit(1)
             )
@@ -213,7 +259,11 @@ def open_dataset(
         )
     d = num_features if num_features is not None else scan.width
     if d < 1:
-        raise DataError(f"{where}: no features (every row is empty); give num_features")
+        raise DataError(
+            f"{where}: no features (every row is empty); give num_features",
+            option="num_features",
+            problem=f"{where}: no features (every row is empty); give {OPTION}",
+        )
     final_sparse = scan.sparse
     if isinstance(source, LibsvmSource):  # scanned as CSR; now fix d and the layout
         source = dataclasses.replace(source, num_features=d, dense=bool(dense))

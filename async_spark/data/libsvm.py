@@ -34,7 +34,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from async_spark.data.blocks import Block, BlockSource
-from async_spark.data.errors import DataError
+from async_spark.data.errors import DataError, rows_cannot_fill
 from async_spark.data.limits import FeatureLimit
 
 __all__ = [
@@ -410,7 +410,7 @@ def index_libsvm(path: str | Sequence[str], num_blocks: int) -> LibsvmIndex:
     if n == 0:
         raise DataError(f"{', '.join(paths)}: empty input (no data lines)")
     if n < num_blocks:
-        raise DataError(f"{paths[0]}: {n} rows cannot fill num_blocks={num_blocks} blocks")
+        raise rows_cannot_fill(paths[0], n, num_blocks)
     bounds = np.array([len(a) for a in np.array_split(np.arange(n), num_blocks)])
     bounds = np.concatenate([[0], np.cumsum(bounds)])
     file_first = np.concatenate([[0], np.cumsum(counts)])

@@ -28,7 +28,7 @@ import scipy.sparse as sp
 
 from async_spark.data.blocks import Block, BlockSource
 from async_spark.data.builtin import _block_bounds
-from async_spark.data.errors import DataError
+from async_spark.data.errors import DataError, rows_cannot_fill
 from async_spark.data.libsvm import list_part_files
 
 __all__ = ["ParquetSource", "parquet_source", "decode_features"]
@@ -301,7 +301,7 @@ def parquet_source(
     if n == 0:
         raise DataError(f"{paths[0]}: empty input (no rows)")
     if n < num_blocks:
-        raise DataError(f"{paths[0]}: {n} rows cannot fill num_blocks={num_blocks} blocks")
+        raise rows_cannot_fill(paths[0], n, num_blocks)
     bounds = _block_bounds(n, num_blocks)
     file_first = np.concatenate([[0], np.cumsum(counts)])
     segments = []

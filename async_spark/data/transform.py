@@ -31,7 +31,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from async_spark.data.blocks import Block, BlockSource
-from async_spark.data.errors import DataError
+from async_spark.data.errors import OPTION, DataError
 
 __all__ = [
     "LOSSES",
@@ -147,21 +147,32 @@ def label_mapping(
         return None
     if labels is None:
         raise DataError(
-            f"{where}: more than {_MAX_DISTINCT} distinct labels; loss {loss!r} needs classes"
+            f"{where}: more than {_MAX_DISTINCT} distinct labels; loss {loss!r} needs classes",
+            option="loss",
+            problem=f"{where}: more than {_MAX_DISTINCT} distinct labels; loss {loss!r} needs "
+            f"classes (for real-valued labels use {OPTION} squares)",
         )
     shown = ", ".join(f"{v:g}" for v in labels[:10]) + (", ..." if labels.size > 10 else "")
     if loss == "logistic":
         if labels.size != 2:
-            hint = "; use loss='softmax'" if labels.size > 2 else ""
+            found = f"{where}: loss 'logistic' needs exactly 2 label values, found {labels.size}"
+            if labels.size <= 2:
+                raise DataError(f"{found} ({shown})")
             raise DataError(
-                f"{where}: loss 'logistic' needs exactly 2 label values, found {labels.size}"
-                f" ({shown}){hint}"
+                f"{found} ({shown}); use loss='softmax'",
+                option="loss",
+                problem=f"{found} ({shown}); for {labels.size} classes use {OPTION} softmax",
             )
         return (float(labels[0]), float(labels[1]))
     if loss == "softmax":
         if np.any(labels != np.round(labels)):
             bad = labels[labels != np.round(labels)][0]
-            raise DataError(f"{where}: loss 'softmax' needs integer class labels, found {bad:g}")
+            raise DataError(
+                f"{where}: loss 'softmax' needs integer class labels, found {bad:g}",
+                option="loss",
+                problem=f"{where}: loss 'softmax' needs integer class labels, found {bad:g} "
+                f"(for real-valued labels use {OPTION} squares)",
+            )
         if not 2 <= labels.size <= MAX_CLASSES:
             raise DataError(
                 f"{where}: loss 'softmax' needs 2..{MAX_CLASSES} classes, found {labels.size} ({shown})"
