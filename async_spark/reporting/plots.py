@@ -14,6 +14,12 @@ results)). :func:`plot_runs` draws four panels for any number of runs:
    (compute + scheduling + any straggler delay); synchronous runs record no block per update and
    are left out of this panel.
 
+:func:`plot_objective` draws the figure of ``async-spark train --plot`` and of the main job's
+report: the objective against wall-clock seconds for each run and, when the minimum of the
+objective is known (a reference optimum, :mod:`async_spark.reporting.reference`), the relative
+suboptimality :math:`(F - F^*)/|F^*|` on a log scale; without it, the objective against model
+updates.
+
 Matplotlib runs with the Agg backend (no display needed). The benchmarks can call
 :func:`plot_runs` or :func:`draw_runs` (on their own axes) for their figures.
 """
@@ -34,7 +40,9 @@ __all__ = [
     "block_intervals",
     "draw_runs",
     "load_run",
+    "plot_objective",
     "plot_runs",
+    "staleness_counts",
 ]
 
 
@@ -114,6 +122,19 @@ def load_run(path: str | os.PathLike[str], label: str | None = None) -> Run:
     return Run(root, label, summary, trace)
 
 
+def staleness_counts(summary: dict[str, Any]) -> dict[int, int]:
+    """``staleness_histogram`` of a summary as ``{staleness: count}``, whether it is written as an
+    object (``{"0": 3, "10": 1}``) or as an ordered list of ``[staleness, count]`` pairs."""
+    hist = summary.get("staleness_histogram") or {}
+    pairs = hist.items() if isinstance(hist, dict) else hist
+    try:
+        return dict(sorted((int(k), int(v)) for k, v in pairs))
+    except (TypeError, ValueError):
+        raise PlotError(
+            "staleness_histogram: expected an object or a list of [staleness, count] pairs"
+        ) from None
+
+
 def block_intervals(run: Run) -> dict[int, list[float]]:
     """Per block, the seconds between consecutive accepted-or-rejected results of that block."""
     by_block: dict[int, list[float]] = {}
@@ -164,7 +185,7 @@ def draw_runs(runs: Sequence[Run], axes: Sequence[Any]) -> None:
     width = 0.8 / max(1, len(runs))
     any_stale = False
     for i, (run, color) in enumerate(zip(runs, colors, strict=True)):
-        hist = {int(k): int(v) for k, v in (run.summary.get("staleness_histogram") or {}).items()}
+        hist = staleness_counts(run.summary)
         if not hist:
             continue
         any_stale = True
@@ -273,14 +294,12 @@ def plot_runs(
     fig = Figure(figsize=(12, 8.5), constrained_layout=True)
     axes = fig.subplots(2, 2).ravel()
     draw_runs(runs, axes)
-    if title is None:
-        first = runs[0].summary
-        title = (
-            f"{first.get('loss', '')} on {first.get('data', '?')} "
-            f"(n={first.get('n', '?')}, d={first.get('d', '?')}, "
-            f"P={first.get('partitions', '?')}, stragglers: {first.get('stragglers', 'none')})"
-        )
-    fig.suptitle(title)
+    fig.suptitle(_default_title(runs) if title is None else title)
+    return _save(fig, out_png, dpi)
+
+
+def _save(fig: Any, out_png: str | os.PathLike[str], dpi: int) -> Path:
+    """Write ``fig`` as a PNG atomically (parent folders created)."""
     out = Path(out_png)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
@@ -291,3 +310,90 @@ def plot_runs(
         if tmp.exists():
             tmp.unlink()
     return out
+
+
+def _default_title(runs: Sequence[Run]) -> str:
+    first = runs[0].summary
+    return (
+        f"{first.get('loss', '')} on {first.get('data', '?')} "
+        f"(n={first.get('n', '?')}, d={first.get('d', '?')}, "
+        f"P={first.get('partitions', '?')}, stragglers: {first.get('stragglers', 'none')})"
+    )
+
+
+def plot_objective(
+    runs: Sequence[str | os.PathLike[str] | Run],
+    out_png: str | os.PathLike[str],
+    *,
+    optimum: float | None = None,
+    tolerance: float | None = 1e-2,
+    labels: Sequence[str] | None = None,
+    title: str | None = None,
+    dpi: int = 120,
+) -> Path:
+    """The objective-vs-time figure of ``async-spark train --plot`` and of the main job's report.
+
+    Left: the objective of each run's snapshots against wall-clock training seconds (the
+    snapshots are taken every ``--eval-every`` seconds and evaluated off the clock), with
+    :math:`F^*` dashed when given. Right: with ``optimum``, the relative suboptimality
+    :math:`(F - F^*)/|F^*|` on a log scale with ``tolerance`` dotted; without it, the objective
+    against model updates.
+
+    Parameters
+    ----------
+    runs : run directories (``train --out``) or :class:`Run` objects
+    out_png : path
+        Written atomically; parent folders are created.
+    optimum : float, optional
+        :math:`F^*`, the reference minimum of the runs' objective
+        (:func:`async_spark.reporting.reference.reference_optimum`).
+    tolerance : float, optional
+        A relative suboptimality to mark (default 1e-2); None marks none.
+    labels, title
+        Legend labels (default: each run's method) and the figure title (default: the data).
+    """
+    if not runs:
+        raise PlotError("give at least one run directory")
+    if labels is not None and len(labels) != len(runs):
+        raise PlotError(f"labels: {len(labels)} labels for {len(runs)} runs")
+    loaded = [
+        r if isinstance(r, Run) else load_run(r, None if labels is None else labels[i])
+        for i, r in enumerate(runs)
+    ]
+    _unique_labels(loaded)
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(12, 4.8), constrained_layout=True)
+    ax_obj, ax_right = fig.subplots(1, 2)
+    for i, run in enumerate(loaded):
+        secs, vers, objs = run.objective_points()
+        style = {"color": f"C{i % 10}", "marker": "o", "markersize": 2.5, "linewidth": 1.5}
+        ax_obj.plot(secs, objs, label=run.label, **style)
+        if optimum is None:
+            ax_right.plot(vers, objs, label=run.label, **style)
+            continue
+        gaps = [(o - optimum) / abs(optimum) if optimum else o - optimum for o in objs]
+        pts = [(s, g) for s, g in zip(secs, gaps, strict=True) if g > 0]
+        ax_right.plot([p[0] for p in pts], [p[1] for p in pts], label=run.label, **style)
+    if optimum is not None:
+        ax_obj.axhline(optimum, color="0.3", linestyle="--", linewidth=1, label="F* (reference)")
+        ax_right.set_yscale("log")
+        if tolerance is not None:
+            ax_right.axhline(
+                tolerance, color="0.3", linestyle=":", linewidth=1, label=f"{tolerance:g}"
+            )
+        ax_right.set(
+            xlabel="wall-clock training seconds",
+            ylabel="relative suboptimality (F - F*) / |F*|",
+            title="Relative suboptimality vs time",
+        )
+    else:
+        ax_right.set(
+            xlabel="model updates (version)", ylabel="objective", title="Objective vs updates"
+        )
+    ax_obj.set(xlabel="wall-clock training seconds", ylabel="objective", title="Objective vs time")
+    for ax in (ax_obj, ax_right):
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(_default_title(loaded) if title is None else title)
+    return _save(fig, out_png, dpi)
