@@ -9,6 +9,12 @@ Precedence, highest first:
 The master is never hard-coded: an explicit ``master`` argument wins, then the one spark-submit
 gave, then ``spark.master`` from the defaults file, and only a plain ``python`` run with none of
 these gets ``local[*]``.
+
+``log_file``: when this call starts the JVM, the JVM's stderr goes to that file instead of the
+terminal — Spark's log4j lines, the JVM's own start-up warnings and, in local mode, what the
+Python workers and their daemon print (e.g. a ``BrokenPipeError`` when a worker's socket is closed
+at the end of a job). A successful run stays quiet and the log is kept for debugging; errors still
+reach the caller as exceptions.
 """
 
 from __future__ import annotations
@@ -22,8 +28,11 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "ENV_CHECK_MODULES",
+    "ExecutorEnvironmentError",
     "JavaNotFoundError",
     "build_session",
+    "check_executors",
     "check_java",
     "default_conf_dir",
     "parse_conf_pairs",
@@ -33,6 +42,10 @@ __all__ = [
 
 class JavaNotFoundError(RuntimeError):
     """No usable Java runtime for Spark."""
+
+
+class ExecutorEnvironmentError(RuntimeError):
+    """The executors' Python cannot run async_spark's tasks (the message says the fix)."""
 
 
 def default_conf_dir() -> Path | None:
@@ -113,6 +126,7 @@ def build_session(
     conf: Iterable[str] | Mapping[str, Any] | None = None,
     conf_dir: str | os.PathLike[str] | None = None,
     log_level: str | None = "WARN",
+    log_file: str | os.PathLike[str] | None = None,
 ) -> Any:
     """Build (or get) the SparkSession.
 
@@ -127,6 +141,9 @@ def build_session(
         Folder with ``spark-defaults.conf`` (default: :func:`default_conf_dir`).
     log_level : str or None
         ``sc.setLogLevel`` after start (None leaves it).
+    log_file : path, optional
+        Where the JVM's stderr goes when this call starts the JVM (appended; parent folders are
+        created). Ignored when a JVM is already running (spark-submit, a notebook's session).
     """
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
@@ -164,7 +181,173 @@ def build_session(
     elif "spark.master" not in submitted and "spark.master" not in overrides:
         if "spark.master" not in defaults:
             builder = builder.master("local[*]")
+    if log_file is not None and not _jvm_running():
+        _launch_jvm_logging_to(builder, Path(log_file))
     spark = builder.getOrCreate()
     if log_level:
         spark.sparkContext.setLogLevel(log_level)
     return spark
+
+
+def _launch_jvm_logging_to(builder: Any, path: Path) -> None:
+    """Start the JVM gateway with the builder's configuration and its stderr in ``path``.
+
+    ``SparkSession.builder.getOrCreate`` launches the gateway with the same configuration
+    (``pyspark.java_gateway.launch_gateway``); launching it first, with ``stderr`` redirected,
+    changes nothing else: ``getOrCreate`` finds the gateway running and uses it.
+    """
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    conf = SparkConf(loadDefaults=False)
+    for key, value in builder._options.items():
+        conf.set(key, value)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "ab") as fh:  # the JVM keeps its own copy of the descriptor
+        gateway = launch_gateway(conf, popen_kwargs={"stderr": fh})
+    SparkContext._ensure_initialized(gateway=gateway)
+
+
+# What a task needs on an executor: the project and its compiled dependencies (pyarrow for the
+# resident transport's mapInArrow job, pandas for Arrow batches).
+ENV_CHECK_MODULES = ("async_spark", "numpy", "scipy", "pyarrow", "pandas")
+
+# The probe runs on an executor whatever is installed there, so it must not be unpickled by
+# reference to async_spark: it is compiled here into a namespace that is no importable module,
+# which makes cloudpickle ship it by value. It never raises (a failed import is an answer).
+_PROBE_SOURCE = """
+def probe(_rows):
+    import importlib
+    import sys
+    found = {}
+    for name in MODULES:
+        try:
+            found[name] = str(getattr(importlib.import_module(name), "__version__", "?"))
+        except BaseException as exc:
+            found[name] = None
+            found[name + ":error"] = type(exc).__name__ + ": " + str(exc)
+    host = "?"
+    try:
+        import socket
+        host = socket.gethostname()
+    except Exception:
+        pass
+    return [{"python": "%d.%d.%d" % sys.version_info[:3], "executable": sys.executable,
+             "host": host, "modules": found}]
+"""
+
+FIX_HINT = (
+    "give the executors a Python with this environment: --conf spark.pyspark.python=PATH "
+    "(an interpreter with async_spark installed, at the same path on every node), or ship "
+    "it: bash scripts/pack-env.sh, then --archives env.tar.gz#env --conf "
+    "spark.pyspark.python=./env/bin/python (docs/clusters.md)"
+)
+
+
+def _probe_function(modules: tuple[str, ...]) -> Any:
+    namespace: dict[str, Any] = {"__name__": "_async_spark_executor_probe", "MODULES": modules}
+    exec(compile(_PROBE_SOURCE, "<async_spark executor probe>", "exec"), namespace)
+    return namespace["probe"]
+
+
+def _driver_versions(modules: tuple[str, ...]) -> dict[str, str | None]:
+    import importlib
+
+    out: dict[str, str | None] = {}
+    for name in modules:
+        try:
+            out[name] = str(getattr(importlib.import_module(name), "__version__", "?"))
+        except ImportError:
+            out[name] = None
+    return out
+
+
+def _executors_are_the_driver(sc: Any) -> bool:
+    """Local mode with this interpreter: the executors' Python is the driver's."""
+    master = str(sc.master)
+    if not master.startswith("local") or master.startswith("local-cluster"):
+        return False
+    python = sc.getConf().get("spark.pyspark.python", None) or sc.pythonExec
+    resolved = shutil.which(python) or python
+    return os.path.realpath(resolved) == os.path.realpath(sys.executable)
+
+
+def check_executors(
+    spark: Any,
+    modules: tuple[str, ...] = ENV_CHECK_MODULES,
+    *,
+    force: bool = False,
+) -> dict[str, Any] | None:
+    """Check, with one tiny task, that an executor imports ``modules`` at the driver's versions.
+
+    Run before training: an executor whose Python lacks the project otherwise fails every task
+    after Spark's retries, with ``No module named 'async_spark'`` and no hint. Here the probe task
+    itself never fails on an import (it reports it), so the answer comes in about the time a
+    Python worker takes to start.
+
+    Parameters
+    ----------
+    spark : SparkSession
+    modules : names
+        Imported on the executor and compared with the driver's ``__version__``.
+    force : bool
+        Check even in local mode with the driver's own interpreter (skipped otherwise: the
+        executors are this Python).
+
+    Returns
+    -------
+    dict or None
+        What the executor answered (``python``, ``executable``, ``host``, ``modules``); None
+        when skipped.
+
+    Raises
+    ------
+    ExecutorEnvironmentError
+        One line: what the executor lacks or has at another version, and the fix
+        (``spark.pyspark.python`` or a packed environment with ``--archives``).
+    """
+    sc = spark.sparkContext
+    if not force and _executors_are_the_driver(sc):
+        return None
+    probe = _probe_function(tuple(modules))
+    sc.setJobDescription("async-spark: check the executors' Python environment")
+    try:
+        answer = sc.parallelize([0], 1).mapPartitions(probe).collect()[0]
+    except Exception as exc:  # the worker could not start at all (no such interpreter, ...)
+        reason = _first_line_of_java_error(exc)
+        python = sc.getConf().get("spark.pyspark.python", None) or sc.pythonExec
+        raise ExecutorEnvironmentError(
+            f"the executors could not run a Python task with {python!r} ({reason}); " + FIX_HINT
+        ) from None
+    finally:
+        sc.setJobDescription(None)
+    driver = _driver_versions(tuple(modules))
+    found = answer["modules"]
+    where = f"the executors' Python ({answer['executable']}, Python {answer['python']} on {answer['host']})"
+    missing = [m for m in modules if found.get(m) is None]
+    if missing:
+        first = found.get(missing[0] + ":error", "")
+        raise ExecutorEnvironmentError(
+            f"{where} cannot import {', '.join(missing)} ({first}); " + FIX_HINT
+        )
+    mismatched = [
+        f"{m} {found[m]} (driver: {driver[m]})"
+        for m in modules
+        if driver.get(m) is not None and found[m] != driver[m]
+    ]
+    if mismatched:
+        raise ExecutorEnvironmentError(
+            f"{where} has other versions than the driver: {', '.join(mismatched)}; " + FIX_HINT
+        )
+    return dict(answer)
+
+
+def _first_line_of_java_error(exc: BaseException) -> str:
+    """The most telling line of a failed job's error (Spark's own text is pages long)."""
+    text = str(exc)
+    for marker in ("Cannot run program", "PYTHON_VERSION_MISMATCH", "Python in worker"):
+        i = text.find(marker)
+        if i >= 0:
+            return " ".join(text[i : i + 240].split("\n")[0].split())
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return " ".join((lines[0] if lines else type(exc).__name__).split())[:240]
