@@ -25,7 +25,7 @@ import argparse
 import logging
 import sys
 
-from async_spark.cli._common import EXIT_USAGE, HelpFormatter
+from async_spark.cli._common import HelpFormatter, report_error
 from async_spark.cli.emulate import add_emulate_arguments, run_emulate
 from async_spark.cli.hylo import add_hylo_arguments, add_spark_hylo_arguments, run_hylo
 from async_spark.cli.momentum import add_momentum_arguments, run_momentum
@@ -98,13 +98,4 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         if getattr(args, "debug", False):
             raise
-        from async_spark.engine.session import JavaNotFoundError
-        from async_spark.reporting.tracking import TrackingError
-
-        usage = isinstance(
-            exc, ValueError | OSError | ImportError | JavaNotFoundError | TrackingError
-        )
-        message = " ".join(str(exc).split()) or type(exc).__name__
-        kind = "error" if usage else f"failed ({type(exc).__name__})"
-        print(f"async-spark {args.command}: {kind}: {message}", file=sys.stderr)
-        return EXIT_USAGE if usage else 1
+        return report_error(f"async-spark {args.command}", exc, getattr(args, "log_file", None))

@@ -6,8 +6,14 @@ Every name here is public: a subcommand module imports only these, never another
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterator
+import difflib
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 __all__ = [
@@ -15,9 +21,14 @@ __all__ = [
     "HelpFormatter",
     "add_master_and_conf",
     "add_spark_arguments",
+    "check_choice",
+    "check_executors_or_fail",
+    "report_error",
+    "log_path",
     "parse_float",
     "parse_int",
     "parse_step",
+    "quiet_logging",
     "spark_session",
 ]
 
@@ -87,20 +98,156 @@ def add_spark_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--debug", action="store_true", help="show tracebacks")
 
 
+def check_choice(
+    flag: str,
+    value: str,
+    choices: Sequence[str],
+    *,
+    shown: str | None = None,
+    got: str | None = None,
+) -> str:
+    """``value`` if it is one of ``choices``, else a ValueError naming ``flag``, the choices
+    (``shown``, default: them listed), what the user wrote (``got``, default ``value``) and the
+    closest choice ("did you mean ...?")."""
+    if value in choices:
+        return value
+    close = difflib.get_close_matches(value, list(choices), n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    allowed = shown or f"one of {', '.join(choices)}"
+    raise ValueError(f"{flag} must be {allowed}, got {got or repr(value)}{hint}")
+
+
+def log_path(out: str | os.PathLike[str] | None, command: str) -> Path:
+    """Where a command's Spark log goes: ``OUT/spark.log``, or a file under the temporary
+    folder when there is no output folder."""
+    if out is not None:
+        return Path(out) / "spark.log"
+    folder = Path(tempfile.gettempdir()) / f"async-spark-logs-{os.getuid()}"
+    return folder / f"{command}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+
+
+# Log records that say nothing a user can act on; they go to the log file only.
+_UNACTIONABLE = (("async_spark.engine.resident", "workers did not leave"),)
+
+
+class _ConsoleFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name == "py.warnings":
+            return False
+        message = record.getMessage()
+        return not any(
+            record.name.startswith(name) and text in message for name, text in _UNACTIONABLE
+        )
+
+
 @contextmanager
-def spark_session(master: str | None, app_name: str, conf: list[str]) -> Iterator[Any]:
+def quiet_logging(path: Path | None) -> Iterator[None]:
+    """Python logging for one command: warnings and errors on the console (minus the records of
+    ``_UNACTIONABLE`` and Python's ``warnings``), everything from INFO up in ``path``."""
+    root = logging.getLogger()
+    console = next(
+        (h for h in root.handlers if isinstance(h, logging.StreamHandler) and h.level <= 30),
+        None,
+    )
+    added: list[logging.Handler] = []
+    filt = _ConsoleFilter()
+    for h in root.handlers:
+        h.addFilter(filt)
+    file_handler = None
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        file_handler = logging.FileHandler(path, encoding="utf-8")
+        file_handler.setLevel(logging.INFO)
+        file_handler.setFormatter(
+            logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S")
+        )
+        root.addHandler(file_handler)
+        added.append(file_handler)
+    previous_level = root.level
+    async_logger = logging.getLogger("async_spark")
+    previous_async = async_logger.level
+    if file_handler is not None:
+        async_logger.setLevel(logging.INFO)
+        if console is not None and console.level == logging.NOTSET:
+            console.setLevel(logging.WARNING)
+    logging.captureWarnings(True)
+    try:
+        yield
+    finally:
+        logging.captureWarnings(False)
+        async_logger.setLevel(previous_async)
+        root.setLevel(previous_level)
+        for h in root.handlers:
+            h.removeFilter(filt)
+        for h in added:
+            root.removeHandler(h)
+            h.close()
+
+
+@contextmanager
+def spark_session(
+    master: str | None,
+    app_name: str,
+    conf: list[str],
+    log_file: str | os.PathLike[str] | None = None,
+) -> Iterator[Any]:
     """A session for one command; stopped at the end unless it was already running.
 
-    A notebook's or a test's active session is reused and left running.
+    A notebook's or a test's active session is reused and left running. With ``log_file``, a
+    JVM started here writes Spark's log (and, in local mode, the Python workers' stderr) there
+    instead of the terminal.
     """
     from pyspark.sql import SparkSession
 
     from async_spark.engine.session import build_session
 
     owned = SparkSession.getActiveSession() is None
-    spark = build_session(master, app_name=app_name, conf=conf)
+    spark = build_session(master, app_name=app_name, conf=conf, log_file=log_file)
     try:
         yield spark
     finally:
         if owned:
             spark.stop()
+
+
+def _usage_errors() -> tuple[type[BaseException], ...]:
+    """Errors that mean bad input, options or environment (exit code 2)."""
+    from async_spark.engine.session import ExecutorEnvironmentError, JavaNotFoundError
+    from async_spark.reporting.tracking import TrackingError
+
+    return (
+        ValueError,
+        OSError,
+        ImportError,
+        JavaNotFoundError,
+        TrackingError,
+        ExecutorEnvironmentError,
+    )
+
+
+def report_error(prog: str, exc: Exception, log: Path | None = None) -> int:
+    """One line on stderr for a failed command, and its exit code.
+
+    Bad input, options or environment: ``PROG: error: MESSAGE``, exit code 2. Anything else:
+    ``PROG: failed (TYPE): MESSAGE``, exit code 1, with where Spark's log is when there is one.
+    """
+    import sys
+
+    from async_spark.data.errors import DataError
+    from async_spark.solvers.validation import flag_name
+
+    usage = isinstance(exc, _usage_errors())
+    text = exc.render(flag_name) if isinstance(exc, DataError) else str(exc)
+    message = " ".join(text.split()) or type(exc).__name__
+    kind = "error" if usage else f"failed ({type(exc).__name__})"
+    where = "" if usage or log is None or not log.exists() else f" (Spark's log: {log})"
+    print(f"{prog}: {kind}: {message}{where}", file=sys.stderr)
+    return EXIT_USAGE if usage else 1
+
+
+def check_executors_or_fail(spark: Any) -> None:
+    """The executors' environment check (:func:`async_spark.engine.session.check_executors`)
+    before any training; its ``ExecutorEnvironmentError`` names the fix."""
+    from async_spark.engine.session import check_executors
+
+    check_executors(spark)

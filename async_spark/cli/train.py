@@ -18,9 +18,13 @@ from typing import Any
 
 from async_spark.cli._common import (
     add_spark_arguments,
+    check_choice,
+    check_executors_or_fail,
+    log_path,
     parse_float,
     parse_int,
     parse_step,
+    quiet_logging,
     spark_session,
 )
 from async_spark.cli.tracking import finish, open_runs
@@ -129,10 +133,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--transport",
         default="resident",
-        choices=("resident", "jobs"),
-        help="resident: one Spark job of long-running tasks per run, tickets over an "
-        "authenticated socket; jobs: one Spark job per task (falls back to it when resident "
-        "tasks cannot start)",
+        help="resident | jobs. resident: one Spark job of long-running tasks per run, tickets "
+        "over an authenticated socket; jobs: one Spark job per task (falls back to it when "
+        "resident tasks cannot start)",
     )
     p.add_argument(
         "--out", default=None, help="output folder: summary.json, trace.jsonl, model.npz"
@@ -155,6 +158,12 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="continue the run saved in DIR/checkpoints (its configuration; outputs into DIR)",
     )
+    p.add_argument(
+        "--plot",
+        action="store_true",
+        help="draw objective.png into --out: the objective of every method against training "
+        "seconds and updates (async-spark plot draws more panels)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_spark_arguments(p)
 
@@ -164,13 +173,53 @@ def method_names(text: str) -> list[str]:
     return [m.strip() for m in text.split(",") if m.strip()]
 
 
+def check_train_choices(args: argparse.Namespace) -> None:
+    """The options that take a name, checked with "did you mean" before anything runs
+    (``TrainConfig.validate`` checks them again, and everything else)."""
+    from async_spark.models.linear import LOSSES
+    from async_spark.solvers.config import (
+        FORMATS,
+        LINEAR_METHODS,
+        PUBLISHERS,
+        STEP_RULES,
+        TRANSPORTS,
+    )
+
+    methods = method_names(args.method)
+    if not methods:
+        raise ValueError(f"--method must name at least one of {', '.join(LINEAR_METHODS)}")
+    for m in methods:
+        check_choice("--method", m, LINEAR_METHODS)
+    if args.format == "csv":
+        raise ValueError(
+            "--format csv: CSV is not a supported format; convert the file to LIBSVM or "
+            "Parquet (docs/quickstart.md, 'Your own data')"
+        )
+    check_choice("--format", args.format, FORMATS)
+    check_choice("--loss", args.loss, LOSSES)
+    if args.step_rule is not None:
+        check_choice("--step-rule", args.step_rule, STEP_RULES)
+    check_choice("--publisher", args.publisher, PUBLISHERS)
+    check_choice("--transport", args.transport, TRANSPORTS)
+    kind = str(args.stragglers).strip().lower().partition(":")[0]
+    if kind not in ("", "none", "intensity", "cloud", "slow-executor"):
+        check_choice(
+            "--stragglers",
+            kind,
+            ("none", "intensity", "cloud", "slow-executor"),
+            shown="none, intensity:C, cloud or slow-executor:F",
+            got=repr(args.stragglers),
+        )
+    if getattr(args, "plot", False) and args.out is None and args.resume is None:
+        raise ValueError("--plot needs --out DIR (the figure is written there)")
+
+
 def train_configs(args: argparse.Namespace) -> list[Any]:
     """One validated ``TrainConfig`` per ``--method`` (each in ``--out/METHOD`` when several)."""
     from async_spark.solvers.config import MOMENTUM_METHODS, SYNC_METHODS, TrainConfig
 
+    check_train_choices(args)
     methods = method_names(args.method)
-    if not methods:
-        raise ValueError("--method must name at least one of sgd, asgd, saga, asaga")
     configs = []
     for method in methods:
         out = args.out
@@ -271,6 +320,8 @@ def run_train(args: argparse.Namespace) -> int:
     stop = threading.Event()
     received: list[int] = []
     status = "FAILED"
+    out = args.resume if args.resume is not None else args.out
+    args.log_file = log_path(out, "train")  # main() names it when the run fails
     try:
         first = configs[0]
         dataset = first.open_data()
@@ -281,7 +332,13 @@ def run_train(args: argparse.Namespace) -> int:
             check_compatible(resume, dataset[1], build_model(first, dataset[1]).num_params)
         previous = _install_stop_handlers(stop, received)
         try:
-            with spark_session(args.master, "async-spark train", args.conf) as spark:
+            with (
+                quiet_logging(args.log_file),
+                spark_session(
+                    args.master, "async-spark train", args.conf, log_file=args.log_file
+                ) as spark,
+            ):
+                check_executors_or_fail(spark)
                 for cfg, run in zip(configs, tracked, strict=True):
                     if stop.is_set():
                         break
@@ -309,6 +366,12 @@ def run_train(args: argparse.Namespace) -> int:
             if run is not None and not run.ended:
                 finish(run, None, status)
     print_results(rows, results)
+    if getattr(args, "plot", False) and results and all(r.config.out for r in results):
+        from async_spark.reporting.plots import plot_objective
+
+        dirs = [r.config.out for r in results]
+        where = Path(dirs[0]) if len(dirs) == 1 else Path(dirs[0]).parent
+        print(f"figure: {plot_objective(dirs, where / 'objective.png')}")
     if received:
         return 128 + received[0]  # 130 for SIGINT, 143 for SIGTERM
     return 0
@@ -322,18 +385,15 @@ def print_results(rows: list[dict[str, Any]], results: list[Any]) -> None:
 
 
 def _print_common_target(a: Any, b: Any) -> None:
-    """Time each run took to reach the objective both reached (the worse final objective)."""
-    target = max(a.final_objective, b.final_objective)
+    """One sentence: how soon the run that ended lower reached the other's final objective."""
+    from async_spark.reporting.plots import Run
+    from async_spark.reporting.report import compare
 
-    def reach(r: Any) -> float | None:
-        return next((t for t, _, obj in r.snapshots if obj <= target), None)
+    def run(r: Any) -> Run:
+        return Run(Path(r.config.out or "."), r.config.method, r.summary(), r.trace)
 
-    ta, tb = reach(a), reach(b)
-    if ta and tb:
-        print(
-            f"to objective {target:.6g}: {a.config.method} {ta:.2f} s, {b.config.method} {tb:.2f} s "
-            f"-> {a.config.method} is {tb / ta:.2f}x faster"
-        )
+    ahead, behind = (a, b) if a.final_objective <= b.final_objective else (b, a)
+    print(compare(run(ahead), run(behind)).sentence)
 
 
 def _print_table(rows: list[dict[str, Any]]) -> None:
