@@ -264,7 +264,7 @@ def test_train_two_workers_unet(tmp_path):
 @pytest.mark.parametrize(
     "kwargs,match",
     [
-        ({"optimizer": "adam"}, "optimizer must be one of"),
+        ({"optimizer": "lamb"}, "optimizer must be one of"),
         ({"model": "vgg"}, "model must be one of"),
         ({"epochs": 0}, "epochs must be an integer >= 1"),
         ({"damping": 0.0}, "damping must be a finite number > 0"),
