@@ -443,6 +443,14 @@ class _Outcomes:
         return len(self._ready)
 
 
+def _classic_context(spark: Any) -> Any:
+    """The SparkContext of a classic session; None on Spark Connect (which has none)."""
+    try:
+        return spark.sparkContext
+    except Exception:  # Connect sessions raise on .sparkContext
+        return None
+
+
 class ResidentTransport(Transport):
     """Runs tasks on resident Spark tasks that hold their blocks and the model versions they saw.
 
@@ -722,6 +730,10 @@ class ResidentTransport(Transport):
     def _run_job(self) -> None:
         spark = self.spark
         spark.addTag(self._tag)
+        sc = _classic_context(spark)
+        if sc is not None:  # a job tag too: a session tag does not cancel a classic job
+            sc.addJobTag(self._tag)
+            sc.setInterruptOnCancel(True)
         try:
             try:
                 spark.sparkContext.setJobDescription(
@@ -735,8 +747,20 @@ class ResidentTransport(Transport):
         finally:
             try:
                 spark.removeTag(self._tag)
+                if sc is not None:
+                    sc.removeJobTag(self._tag)
             except Exception:
                 pass
+
+    def _cancel_job(self) -> None:
+        """Cancel the resident job, on a classic session (job tag) or a Connect one."""
+        sc = _classic_context(self.spark)
+        try:
+            if sc is not None:
+                sc.cancelJobsWithTag(self._tag)
+            self.spark.interruptTag(self._tag)
+        except Exception:
+            log.debug("cancelling the resident job failed", exc_info=True)
 
     def _set_fatal(self, message: str) -> None:
         log.error("resident transport: %s", message)
@@ -769,10 +793,7 @@ class ResidentTransport(Transport):
                 log.debug("resident transport: job thread alive=%s", job.is_alive())
                 if job.is_alive():
                     log.warning("resident transport: workers did not leave; cancelling the job")
-                    try:
-                        self.spark.interruptTag(self._tag)
-                    except Exception:
-                        log.debug("interruptTag failed", exc_info=True)
+                    self._cancel_job()
                     job.join(max(0.0, deadline - time.monotonic()))
         finally:
             if self._server is not None:

@@ -1,6 +1,7 @@
-"""ASGD on a local-cluster whose executor JVM is SIGKILLed mid-run; prints JSON for the test.
+"""ASAGA on a local-cluster whose executor JVM is SIGKILLed mid-run; prints JSON for the test.
 
-Started by test_executor_loss.py in its own process. Usage: python cluster_kill_run.py
+Started by test_executor_loss.py in its own process. Usage: python cluster_kill_run.py TRANSPORT
+(resident or jobs).
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -48,24 +50,29 @@ def main() -> None:
     try:
         sc = spark.sparkContext
         dataset = open_dataset("builtin:breast_cancer", 4, standardize=True, loss="logistic")
+        transport = sys.argv[1] if len(sys.argv) > 1 else "resident"
         base = dict(
             data="builtin:breast_cancer",
-            method="asgd",
             partitions=4,
-            step=0.5,
             batch_fraction=0.5,
             l2=1e-2,
             seed=2,
             quiet=True,
-            max_updates=400,
             eval_every=0.05,
+            transport=transport,
         )
+        if transport == "resident":
+            # Converges in seconds; the lost executor is replaced and its resident task retried
+            # there (no free slot elsewhere), which takes ~15 s on this machine.
+            base.update(method="asaga", time_budget=30.0)
+        else:  # one Spark job per update: ~10 updates/s, so a fixed number of updates
+            base.update(method="asgd", step=0.5, max_updates=400)
         undisturbed = train_linear(TrainConfig(**base), spark=spark, dataset=dataset)
         before = executor_pids(sc.applicationId)
         killed: list[int] = []
 
         def killer() -> None:
-            time.sleep(4.0)
+            time.sleep(3.0)
             pids = executor_pids(sc.applicationId)
             if pids:
                 os.kill(pids[0], signal.SIGKILL)
@@ -75,7 +82,7 @@ def main() -> None:
         thread.start()
         disturbed = train_linear(TrainConfig(**base), spark=spark, dataset=dataset)
         thread.join()
-        kill_time = 4.0
+        kill_time = 3.0
         after_kill = {
             t["block"]
             for t in disturbed.trace
@@ -89,6 +96,7 @@ def main() -> None:
             "undisturbed_objective": undisturbed.final_objective,
             "disturbed_objective": disturbed.final_objective,
             "updates": disturbed.updates,
+            "stopped_by": disturbed.stopped_by,
             "accepted": c["accepted"],
             "counts": c,
             "accounting_closes": c["dispatched"]

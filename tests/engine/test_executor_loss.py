@@ -1,4 +1,7 @@
-"""Executor loss: SIGKILL one executor JVM of a local-cluster in the middle of an ASGD run."""
+"""Executor loss: SIGKILL one executor JVM of a local-cluster in the middle of an ASAGA run, on
+both transports: the run finishes, the accounting closes, the blocks of the lost executor keep
+working (Spark retries the resident task elsewhere, or the next job runs there), and SAGA's history
+(the driver's table) is intact, so the objective ends where an undisturbed run ends."""
 
 from __future__ import annotations
 
@@ -13,17 +16,23 @@ import pytest
 pytestmark = pytest.mark.cluster
 
 
-def test_run_survives_a_killed_executor():
+@pytest.mark.parametrize("transport", ["resident", "jobs"])
+def test_run_survives_a_killed_executor(transport):
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
     script = Path(__file__).with_name("cluster_kill_run.py")
     proc = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=400, env=env
+        [sys.executable, str(script), transport],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        env=env,
     )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT-JSON ")]
     assert proc.returncode == 0 and lines, proc.stderr[-3000:]
     out = json.loads(lines[-1].split(" ", 1)[1])
     assert out["executors_before"] == 2 and len(out["killed"]) == 1, out
-    assert out["updates"] == 400 and out["accepted"] >= 400  # the run finished; nothing lost
+    assert out["stopped_by"] in ("time_budget", "max_updates")
+    assert out["accepted"] >= out["updates"] > 0  # the run finished; nothing lost
     assert out["accounting_closes"] and out["counts"]["in_flight"] == 0
     assert out["blocks_after_kill"] == [0, 1, 2, 3]  # every block kept working after the loss
     gap = abs(out["disturbed_objective"] - out["undisturbed_objective"])
