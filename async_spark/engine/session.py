@@ -114,6 +114,12 @@ def check_java() -> str:
     return text[0]
 
 
+def _no_active_context() -> bool:
+    from pyspark import SparkContext
+
+    return SparkContext._active_spark_context is None
+
+
 def _jvm_running() -> bool:
     from pyspark import SparkContext
 
@@ -165,6 +171,11 @@ def build_session(
 
     effective_master = master or overrides.get("spark.master") or submitted.get("spark.master")
     effective_master = effective_master or defaults.get("spark.master") or "local[*]"
+    python = overrides.get("spark.pyspark.python") or defaults.get("spark.pyspark.python")
+    if python and "spark.pyspark.python" not in submitted and _no_active_context():
+        # spark-submit turns spark.pyspark.python into the executors' interpreter
+        # (PYSPARK_PYTHON); a plain `python` driver reads only the variable, so set it.
+        os.environ["PYSPARK_PYTHON"] = python
     if effective_master.startswith("local"):
         # Local executors run on this machine: give them this interpreter (and its packages)
         # rather than whatever `python3` is first on PATH.
@@ -237,10 +248,11 @@ def probe(_rows):
 """
 
 FIX_HINT = (
-    "give the executors a Python with this environment: --conf spark.pyspark.python=PATH "
-    "(an interpreter with async_spark installed, at the same path on every node), or ship "
-    "it: bash scripts/pack-env.sh, then --archives env.tar.gz#env --conf "
-    "spark.pyspark.python=./env/bin/python (docs/clusters.md)"
+    "give the executors a Python with this environment: --conf spark.pyspark.python=PATH (an "
+    "interpreter with async_spark installed, at the same path on every node), or ship one: "
+    "bash scripts/pack-env.sh, then --archives env.tar.gz#env --conf "
+    "spark.pyspark.python=./env/bin/python (spark-submit; async-spark takes --conf "
+    "spark.archives=env.tar.gz#env) - see docs/clusters.md"
 )
 
 
