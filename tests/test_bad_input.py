@@ -150,3 +150,130 @@ def test_resume_with_data_of_another_shape(tmp_path, capsys):
     data.write_text("1 1:0.5 5:1\n0 2:0.25\n1 1:1\n0 4:1\n")  # now 5 features
     assert main(["train", "--resume", str(out), "--quiet"]) == 2
     assert "another model or dataset" in capsys.readouterr().err
+
+
+# Options and inputs in the user's words: each error names the flag as it was written (and the
+# value given), says what is accepted and, for a misspelt name, the closest one.
+# (name, data file content or None for a valid file, argv, needles that must all appear)
+WORDS = [
+    (
+        "misspelt method",
+        None,
+        ["--method", "asgaa"],
+        ["--method", "'asgaa'", "did you mean 'asaga'?"],
+    ),
+    (
+        "misspelt method in a list",
+        None,
+        ["--method", "asaga,sgaa"],
+        ["--method", "did you mean 'saga'?"],
+    ),
+    ("misspelt loss", None, ["--loss", "softmx"], ["--loss", "did you mean 'softmax'?"]),
+    ("misspelt step rule", None, ["--step-rule", "sqr"], ["--step-rule", "did you mean 'sqrt'?"]),
+    (
+        "misspelt transport",
+        None,
+        ["--transport", "resdent"],
+        ["--transport", "did you mean 'resident'?"],
+    ),
+    (
+        "misspelt publisher",
+        None,
+        ["--publisher", "broadcst"],
+        ["--publisher", "did you mean 'broadcast'?"],
+    ),
+    (
+        "misspelt stragglers",
+        None,
+        ["--stragglers", "clod"],
+        ["--stragglers", "did you mean 'cloud'?"],
+    ),
+    ("misspelt format", None, ["--format", "parqet"], ["--format", "did you mean 'parquet'?"]),
+    (
+        "misspelt built-in",
+        None,
+        ["--data", "builtin:synthetc"],
+        ["'synthetc'", "did you mean 'builtin:synthetic'?"],
+    ),
+    (
+        "format csv",
+        None,
+        ["--format", "csv"],
+        ["--format csv", "CSV is not a supported format", "convert"],
+    ),
+    (
+        "a CSV file",
+        "a,b,label\n1,2,0\n3,4,1\n",
+        [],
+        ["{path}", "CSV is not a supported format", "convert"],
+    ),
+    (
+        "more partitions than rows",
+        "1 1:1\n0 1:2\n1 2:1\n",
+        ["--partitions", "8"],
+        ["{path}", "3 rows cannot fill 8 partitions", "set --partitions to 3 or fewer"],
+    ),
+    ("three classes for logistic", "0 1:1\n1 1:2\n2 1:3\n", [], ["{path}", "use --loss softmax"]),
+    (
+        "batch fraction above one",
+        None,
+        ["--batch-fraction", "2"],
+        ["--batch-fraction", "(0, 1]", "got 2.0"],
+    ),
+    ("negative l2", None, ["--l2", "-1"], ["--l2", ">= 0", "got -1.0"]),
+    ("zero eval interval", None, ["--eval-every", "0"], ["--eval-every", "> 0"]),
+    (
+        "beta for a synchronous method",
+        None,
+        ["--method", "saga", "--beta", "0.5"],
+        ["--beta", "asynchronous methods", "not saga"],
+    ),
+    ("negative tau", None, ["--tau", "-1"], ["--tau"]),
+    ("zero straggler base", None, ["--straggler-base", "0"], ["--straggler-base", "> 0"]),
+    ("zero checkpoints kept", None, ["--keep-checkpoints", "0"], ["--keep-checkpoints", ">= 1"]),
+    (
+        "checkpoints without out",
+        None,
+        ["--checkpoint-seconds", "5", "--no-out"],
+        ["--checkpoint-seconds", "needs --out DIR"],
+    ),
+    ("plot without out", None, ["--plot", "--no-out"], ["--plot needs --out DIR"]),
+    (
+        "bad conf pair",
+        None,
+        ["--conf", "spark.ui.enabled"],
+        ["--conf expects KEY=VALUE", "'spark.ui.enabled'"],
+    ),
+    (
+        "misspelt stragglers parameter",
+        None,
+        ["--stragglers", "intensity:lots"],
+        ["--stragglers", "'intensity:lots'"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "content", "argv", "needles"), WORDS, ids=[c[0] for c in WORDS])
+def test_errors_name_the_option_as_written(tmp_path, capsys, name, content, argv, needles):
+    path = tmp_path / "data.svm"
+    path.write_text(content if content is not None else "1 1:0.5\n0 2:0.25\n1 1:1\n0 2:1\n")
+    out = tmp_path / "out"
+    argv = list(argv)
+    tail = ["--out", str(out)]
+    if "--no-out" in argv:
+        argv.remove("--no-out")
+        tail = []
+    data = [] if "--data" in argv else ["--data", str(path)]
+    partitions = [] if "--partitions" in argv else ["--partitions", "1"]
+    code = main(["train", *data, *partitions, *argv, *tail, "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    for needle in needles:
+        assert needle.format(path=path) in err, (needle, err)
+    assert not out.exists()
+    assert "num_blocks" not in err and "loss='" not in err, err  # no Python names
+
+
+def test_the_words_table_is_twenty_or_more():
+    assert len(WORDS) >= 20

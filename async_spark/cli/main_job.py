@@ -324,6 +324,10 @@ def main(argv: list[str] | None = None, prog: str = "main.py") -> int:
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
+        from async_spark.engine.session import parse_conf_pairs
+
+        _check(args)  # bad options are refused before anything is written
+        parse_conf_pairs(args.conf)
         with quiet_logging(log_path(args.out, "main")):
             report = run_main_job(args)
     except KeyboardInterrupt:

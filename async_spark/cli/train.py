@@ -309,7 +309,10 @@ def run_train(args: argparse.Namespace) -> int:
         configs = [cfg]
     else:
         configs = train_configs(args)
+    from async_spark.engine.session import parse_conf_pairs
     from async_spark.solvers.tracking import log_linear_result
+
+    parse_conf_pairs(args.conf)  # a malformed --conf is refused before anything is written
 
     # MLflow runs are opened first: a missing package or server fails before any data is read.
     tracked = open_runs(
