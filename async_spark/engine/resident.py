@@ -729,26 +729,28 @@ class ResidentTransport(Transport):
 
     def _run_job(self) -> None:
         spark = self.spark
-        spark.addTag(self._tag)
         sc = _classic_context(spark)
-        if sc is not None:  # a job tag too: a session tag does not cancel a classic job
+        # A classic session gets a SparkContext job tag only: SparkSession.addTag there leaves the
+        # session unserializable for pyspark.ml afterwards (a fitted LogisticRegressionModel's
+        # transform fails with "Task not serializable"; tests/engine/test_resident.py), and does
+        # not cancel a classic job either. Spark Connect has session tags only.
+        if sc is not None:
             sc.addJobTag(self._tag)
             sc.setInterruptOnCancel(True)
+            sc.setJobDescription(
+                f"{self.run_name}: resident tasks ({self.num_tasks}) for {self.num_blocks} blocks"
+            )
+        else:
+            spark.addTag(self._tag)
         try:
-            try:
-                spark.sparkContext.setJobDescription(
-                    f"{self.run_name}: resident tasks ({self.num_tasks}) for {self.num_blocks} "
-                    "blocks"
-                )
-            except Exception:
-                pass
             frame = spark.range(self.num_tasks, numPartitions=self.num_tasks)
             frame.mapInArrow(_WorkerEntry(self._cfg), _OUTPUT_SCHEMA).collect()
         finally:
             try:
-                spark.removeTag(self._tag)
                 if sc is not None:
                     sc.removeJobTag(self._tag)
+                else:
+                    spark.removeTag(self._tag)
             except Exception:
                 pass
 
@@ -758,7 +760,8 @@ class ResidentTransport(Transport):
         try:
             if sc is not None:
                 sc.cancelJobsWithTag(self._tag)
-            self.spark.interruptTag(self._tag)
+            else:
+                self.spark.interruptTag(self._tag)
         except Exception:
             log.debug("cancelling the resident job failed", exc_info=True)
 

@@ -674,3 +674,18 @@ def test_local_cluster_results_from_both_executors_and_nothing_left_when_the_dri
 
 if __name__ == "__main__":
     cluster_main(sys.argv[1])
+
+
+def test_pyspark_ml_still_works_in_the_session_after_a_resident_run(spark):
+    """A resident run leaves the session as it found it: pyspark.ml's LogisticRegression fits and
+    transforms afterwards (SparkSession.addTag made its model's transform fail with "Task not
+    serializable")."""
+    from pyspark.ml.classification import LogisticRegression
+    from pyspark.ml.linalg import Vectors
+
+    sum_of_blocks_run(ResidentTransport(spark), rounds=2)
+    df = spark.createDataFrame(
+        [(Vectors.dense([float(i), 1.0]), float(i % 2)) for i in range(20)], ["features", "label"]
+    )
+    rows = LogisticRegression(maxIter=5).fit(df).transform(df).collect()
+    assert len(rows) == 20
