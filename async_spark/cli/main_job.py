@@ -223,8 +223,11 @@ def run_main_job(args: argparse.Namespace) -> dict[str, Any]:
         from async_spark.engine.session import check_executors
 
         t = time.perf_counter()
-        check_executors(spark)
-        setup["executor environment check"] = time.perf_counter() - t
+        checked = check_executors(spark)
+        what = "executor environment check" + (
+            "" if checked is not None else " (skipped: local executors run the driver's Python)"
+        )
+        setup[what] = time.perf_counter() - t
 
         t = time.perf_counter()
         warm = _config(
@@ -238,7 +241,9 @@ def run_main_job(args: argparse.Namespace) -> dict[str, Any]:
             quiet=True,
         )
         train_linear(warm, spark=spark, dataset=dataset)
-        setup["warm-up (blocks generated in the workers)"] = time.perf_counter() - t
+        setup["warm-up (Python workers started, blocks generated in them)"] = (
+            time.perf_counter() - t
+        )
         say(
             f"setup: {sum(setup.values()):.1f} s; training {', '.join(METHODS)} "
             f"for {args.time_budget:g} s each"
