@@ -56,6 +56,7 @@ preconditioner composes: reduce locally, gather the kept rows, invert once, appl
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 
@@ -78,6 +79,7 @@ __all__ = [
 ]
 
 _FLOAT_DTYPES = (torch.float32, torch.float64)
+log = logging.getLogger(__name__)
 
 
 # --------------------------------------------------------------------------------------------
@@ -278,8 +280,23 @@ def kid_core(weights: Sequence[Tensor], damping: float, total_rows: int) -> Tens
 
 
 def kid_block_inverses(weights: Sequence[Tensor]) -> list[Tensor]:
-    """``[W_1^{-1}, ..., W_P^{-1}]`` (by Cholesky): the unscaled blocks of :func:`kid_core`."""
-    return [torch.cholesky_inverse(torch.linalg.cholesky(_sym(w))) for w in weights]
+    """``[W_1^{-1}, ..., W_P^{-1}]``: the unscaled blocks of :func:`kid_core`.
+
+    By Cholesky; when rounding defeats it (``T`` with huge entries, where ``I`` is lost in
+    ``I + T T^T``), by an eigendecomposition with the eigenvalues clamped to 1, the smallest
+    that ``W = I + T T^T`` can have."""
+    out = []
+    for w in weights:
+        ws = _sym(w)
+        L, info = torch.linalg.cholesky_ex(ws)
+        if int(info) == 0:
+            out.append(torch.cholesky_inverse(L))
+            continue
+        ws = torch.nan_to_num(ws, nan=0.0, posinf=0.0, neginf=0.0)
+        vals, vecs = torch.linalg.eigh(ws.double())
+        inv = (vecs / vals.clamp(min=1.0)) @ vecs.T
+        out.append(inv.to(w.dtype))
+    return out
 
 
 def _sym(M: Tensor) -> Tensor:
@@ -303,17 +320,29 @@ def woodbury_inverse(A: Tensor, G: Tensor, damping: float, core: Tensor | None =
     -------
     Tensor, shape (m, m)
         The symmetric positive definite inverse, by Cholesky (falling back to an LU inverse when
-        rounding makes the Cholesky factorization fail).
+        rounding makes the Cholesky factorization fail).  When neither works (rows so large
+        that the kernel overflows) it returns zeros, with a warning: the direction is then the
+        damped gradient ``grad / lambda``, and training goes on.
     """
     m = A.shape[0]
     if core is None:
         core = damping * torch.eye(m, dtype=A.dtype, device=A.device)
     M = kernel_matrix(A, G) / m + core
     M = _sym(M)
-    L, info = torch.linalg.cholesky_ex(M)
-    if int(info) == 0:
-        return torch.cholesky_inverse(L)
-    return _sym(torch.linalg.inv(M))
+    if bool(torch.isfinite(M).all()):
+        L, info = torch.linalg.cholesky_ex(M)
+        if int(info) == 0:
+            return torch.cholesky_inverse(L)
+        inv, info = torch.linalg.inv_ex(M)
+        if int(info) == 0 and bool(torch.isfinite(inv).all()):
+            return _sym(inv)
+    log.warning(
+        "HyLo: a %d x %d kernel could not be inverted (non-finite or singular): this "
+        "layer's direction is grad / damping until the next inverse update",
+        m,
+        m,
+    )
+    return torch.zeros_like(M)
 
 
 def woodbury_apply(A: Tensor, G: Tensor, inverse: Tensor, grad: Tensor, damping: float) -> Tensor:

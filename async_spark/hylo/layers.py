@@ -1,9 +1,11 @@
 """Per-layer plumbing of the HyLo preconditioner: which layers, what is captured, the gradient.
 
 * :func:`supported_layer` -- Linear, and Conv2d with ``groups == 1`` and zero padding;
+  :func:`unsupported_reason` -- why another layer with weights is left unpreconditioned;
 * :func:`layer_inputs` / :func:`layer_output_grads` -- the rows a_i and g_i of one batch (a
   Conv2d's unfolded patches averaged over the output positions, its output gradients summed
-  over them, so that g_i a_i^T approximates the per-sample weight gradient);
+  over them, so that g_i a_i^T approximates the per-sample weight gradient; half-precision rows,
+  as autocast or a bfloat16 model produce them, are captured in float32);
 * :func:`grad_matrix` / :func:`write_grad` -- a layer's gradient as one d_out x d_in matrix (bias
   as the last column) and back;
 * :class:`Layer` -- what the preconditioner keeps per layer, and :class:`Capture` -- one inverse
@@ -29,22 +31,60 @@ __all__ = [
     "layer_inputs",
     "layer_output_grads",
     "supported_layer",
+    "unsupported_reason",
     "write_grad",
 ]
 
 
 def supported_layer(module: nn.Module) -> bool:
     """Whether HyLo can precondition ``module``: ``nn.Linear``, or ``nn.Conv2d`` with
-    ``groups == 1`` and ``padding_mode == "zeros"`` (and a non-string padding)."""
-    if isinstance(module, nn.Linear):
-        return True
+    ``groups == 1`` and ``padding_mode == "zeros"`` (and a non-string padding), with its
+    parameters initialized (not a lazy module before its first forward)."""
+    return isinstance(module, (nn.Linear, nn.Conv2d)) and unsupported_reason(module) is None
+
+
+def unsupported_reason(module: nn.Module) -> str | None:
+    """Why HyLo leaves ``module`` unpreconditioned, or ``None`` when it can precondition it.
+
+    For layers with a ``weight`` that are not Linear or Conv2d the reason names the type; for a
+    Conv2d, the setting that the unfolded-patch rows do not describe; normalization layers
+    and modules without a weight are not layers HyLo looks at (``None`` is not returned for
+    them either: their reason says so)."""
+    if isinstance(module, nn.modules.lazy.LazyModuleMixin) and module.has_uninitialized_params():
+        return "a lazy module whose parameters are not initialized yet"
     if isinstance(module, nn.Conv2d):
-        return (
-            module.groups == 1
-            and module.padding_mode == "zeros"
-            and not isinstance(module.padding, str)
-        )
-    return False
+        if module.groups != 1:
+            return f"a grouped convolution (groups={module.groups})"
+        if module.padding_mode != "zeros":
+            return f"padding_mode={module.padding_mode!r} (only zero padding unfolds to the rows)"
+        if isinstance(module.padding, str):
+            return f"padding={module.padding!r} (give the padding as numbers)"
+        return None
+    if isinstance(module, nn.Linear):
+        return None
+    if not isinstance(getattr(module, "weight", None), Tensor):
+        return "no weight"
+    return f"{type(module).__name__} is not supported (nn.Linear and nn.Conv2d are)"
+
+
+_NORMS = (
+    nn.modules.batchnorm._NormBase,
+    nn.LayerNorm,
+    nn.GroupNorm,
+    nn.LocalResponseNorm,
+)
+
+
+def reportable(module: nn.Module) -> bool:
+    """Whether an unsupported ``module`` is worth a log line: a layer with a trainable weight
+    matrix (not a normalization layer's scale), i.e. one a user may expect to be
+    preconditioned."""
+    w = getattr(module, "weight", None)
+    if isinstance(module, _NORMS) or not isinstance(w, Tensor):
+        return False
+    return bool(w.requires_grad) and (
+        isinstance(module, nn.modules.lazy.LazyModuleMixin) or w.ndim >= 2
+    )
 
 
 @dataclass
@@ -98,6 +138,8 @@ class Layer:
     module: nn.Module
     d_in: int
     d_out: int
+    skipped: str | None = None  # why this layer stopped being preconditioned (logged once)
+    pending: int = 0  # forward calls at a capture step whose output gradient has not come
     A: Tensor | None = None  # captured local factors of the current update step
     G: Tensor | None = None
     # state of the last inverse update
@@ -123,7 +165,14 @@ class Layer:
         return b if isinstance(b, Tensor) else None
 
 
+def _capture_dtype(t: Tensor) -> Tensor:
+    """float64 and float32 rows as they are; half-precision ones (autocast, bfloat16 models)
+    in float32, so that kernels and inverses are always built in single precision or better."""
+    return t if t.dtype in (torch.float32, torch.float64) else t.float()
+
+
 def layer_inputs(module: nn.Module, x: Tensor) -> Tensor:
+    x = _capture_dtype(x)
     if isinstance(module, nn.Conv2d):
         patches = F.unfold(
             x,
@@ -141,6 +190,7 @@ def layer_inputs(module: nn.Module, x: Tensor) -> Tensor:
 
 
 def layer_output_grads(module: nn.Module, g: Tensor, n: int, batch_averaged: bool) -> Tensor:
+    g = _capture_dtype(g)
     if isinstance(module, nn.Conv2d):
         g = g.sum(dim=(2, 3))
     else:
@@ -149,20 +199,22 @@ def layer_output_grads(module: nn.Module, g: Tensor, n: int, batch_averaged: boo
 
 
 def grad_matrix(layer: Layer) -> Tensor | None:
+    """The layer's gradient as one d_out x d_in matrix (bias last), in float32 or float64."""
     w = layer.weight
     if w.grad is None:
         return None
-    gm = w.grad.reshape(w.shape[0], -1)
+    gm = _capture_dtype(w.grad.reshape(w.shape[0], -1))
     b = layer.bias
     if b is not None:
         bg = b.grad if b.grad is not None else torch.zeros_like(b)
-        gm = torch.cat([gm, bg.unsqueeze(1)], dim=1)
+        gm = torch.cat([gm, bg.unsqueeze(1).to(gm.dtype)], dim=1)
     return gm
 
 
 def write_grad(layer: Layer, direction: Tensor) -> None:
     w = layer.weight
     assert w.grad is not None
+    direction = direction.to(w.grad.dtype)
     b = layer.bias
     if b is not None:
         w.grad.copy_(direction[:, :-1].reshape(w.shape))

@@ -25,6 +25,7 @@ per-sample weight gradient (the spatially-uncorrelated approximation of K-FAC fo
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from collections import deque
@@ -43,7 +44,9 @@ from .layers import (
     grad_matrix,
     layer_inputs,
     layer_output_grads,
+    reportable,
     supported_layer,
+    unsupported_reason,
     write_grad,
 )
 from .schedules import EpochWindowRule, GradNormChangeRule, SwitchRule
@@ -100,7 +103,10 @@ class HyLo:
         that captured non-finite rows on any rank is skipped by every rank.
     layers : sequence of nn.Module or str, optional
         Explicit list of layers (modules or qualified names).  Each must be supported
-        (:func:`supported_layer`).  By default, every supported layer of ``model``.
+        (:func:`supported_layer`).  By default, every supported layer of ``model``; the other
+        layers with a weight matrix (a grouped or reflect-padded Conv2d, Conv1d,
+        ConvTranspose2d, Embedding, an uninitialized lazy layer, ...) keep their plain
+        gradient, each logged once with the reason (:attr:`skipped_layers`).
     skip_layers : sequence of str or type, optional
         Layers to leave unpreconditioned: qualified names, name substrings, or module classes.
     switch : {"auto", "epochs"} or SwitchRule
@@ -131,6 +137,13 @@ class HyLo:
 
     Attributes
     ----------
+    skipped_layers : dict of str to str
+        Layers left with their plain gradient, and why: those not supported (at construction)
+        and those found unusable while training -- a layer called more than once per forward
+        (shared weights: its per-sample rows are not defined), one whose captured rows do not
+        match its weight, one on another device than the first preconditioned layer, or whose
+        inverse could not be computed.  Each is logged once (a warning when found in
+        training); training goes on.
     steps : int
         Calls of :meth:`step` so far.
     inverse_updates : int
@@ -236,6 +249,7 @@ class HyLo:
         self.epoch = 0
         self.last_methods: dict[str, str] = {}
         self.last_kl_scale = 1.0
+        self.skipped_layers: dict[str, str] = {}
         self.layers = self._select_layers(layers, skip_layers)
         self._handles: list[Any] = []
         for layer in self.layers:
@@ -253,6 +267,11 @@ class HyLo:
         chosen: list[tuple[str, nn.Module]] = []
         if layers is None:
             chosen = [(n, m) for n, m in named.items() if supported_layer(m)]
+            for n, m in named.items():
+                why = unsupported_reason(m)
+                if why is not None and reportable(m):
+                    self.skipped_layers[n] = why
+                    log.info("HyLo: %r keeps its plain gradient: %s", n, why)
         else:
             if isinstance(layers, (str, nn.Module)):
                 raise ValueError("layers must be a sequence of modules or names, not a single one")
@@ -305,18 +324,78 @@ class HyLo:
 
     def _make_hook(self, layer: Layer) -> Callable[..., None]:
         def hook(module: nn.Module, inputs: tuple[Tensor, ...], output: Tensor) -> None:
+            if layer.skipped is not None:
+                return
             if not self._capturing() or not isinstance(output, Tensor) or not output.requires_grad:
+                return
+            if not inputs or not isinstance(inputs[0], Tensor):
+                return
+            # a second call before the first one's backward: shared weights, whose rows pair
+            # one call's inputs with another's output gradients (gradient accumulation, a
+            # backward per call, is fine)
+            layer.pending += 1
+            if layer.pending > 1:
+                self._skip(layer, "called more than once per forward (shared weights)")
                 return
             x = inputs[0].detach()
             layer.A = layer_inputs(module, x)
             n = x.shape[0]
 
             def grad_hook(g: Tensor) -> None:
-                layer.G = layer_output_grads(module, g.detach(), n, self.batch_averaged)
+                layer.pending = max(0, layer.pending - 1)
+                if layer.skipped is None:
+                    layer.G = layer_output_grads(module, g.detach(), n, self.batch_averaged)
 
             output.register_hook(grad_hook)
 
         return hook
+
+    def _skip(self, layer: Layer, why: str) -> None:
+        """Leave ``layer`` with its plain gradient from now on, and say why (once)."""
+        if layer.skipped is None:
+            log.warning(
+                "HyLo: %r keeps its plain gradient from step %d: %s", layer.name, self.steps, why
+            )
+        layer.skipped = why
+        self.skipped_layers[layer.name] = why
+        layer.A = layer.G = None
+        layer.A_all = layer.G_all = layer.inverse = None
+        layer.window.clear()
+
+    def _check_captured(self) -> None:
+        """Skip the layers whose captured rows cannot make a kernel (see :attr:`skipped_layers`),
+        before the collective update: every rank sees the same model, hence the same verdict
+        for the shape checks; a device mismatch is a property of the model, too."""
+        device = None
+        for layer in self.layers:
+            if layer.skipped is not None or layer.A is None or layer.G is None:
+                continue
+            A, G = layer.A, layer.G
+            w = layer.weight
+            d_out = int(w.shape[0])
+            d_in = int(w[0].numel()) + (1 if layer.bias is not None else 0)
+            if (d_in, d_out) != (layer.d_in, layer.d_out):  # a lazy layer initialized since
+                layer.d_in, layer.d_out = d_in, d_out
+            if A.ndim != 2 or G.ndim != 2 or A.shape[0] != G.shape[0]:
+                self._skip(
+                    layer,
+                    f"inputs {tuple(A.shape)} and output gradients "
+                    f"{tuple(G.shape)} do not give one row per sample",
+                )
+            elif (A.shape[1], G.shape[1]) != (d_in, d_out):
+                self._skip(
+                    layer,
+                    f"captured rows of widths ({A.shape[1]}, {G.shape[1]}) for a "
+                    f"weight of shape ({d_out}, {d_in})",
+                )
+            elif device is None:
+                device = A.device
+            elif A.device != device:
+                self._skip(
+                    layer,
+                    f"on {A.device} while the first preconditioned layer is on "
+                    f"{device} (the bucketed all-gather needs one device)",
+                )
 
     # ---------------------------------------------------------------------- public interface
     def set_epoch(self, epoch: int) -> None:
@@ -348,13 +427,34 @@ class HyLo:
         collective operation: every rank must call ``step`` together).  Layers without a
         gradient are left alone; before the first inverse update gradients pass unchanged.
         """
-        grads = {layer.name: grad_matrix(layer) for layer in self.layers}
+        with self._full_precision():
+            self._step()
+
+    def _full_precision(self) -> contextlib.ExitStack:
+        """Autocast off for the preconditioner's own algebra (kernels, inverses, directions are
+        float32 or float64 even when ``step`` is called inside ``torch.autocast``)."""
+        stack = contextlib.ExitStack()
+        kinds = {layer.weight.device.type for layer in self.layers}
+        for kind in sorted(kinds):
+            if kind in ("cpu", "cuda"):
+                stack.enter_context(torch.autocast(kind, enabled=False))
+        return stack
+
+    def _step(self) -> None:
+        for layer in self.layers:
+            layer.pending = 0
+        grads = {
+            layer.name: grad_matrix(layer) if layer.skipped is None else None
+            for layer in self.layers
+        }
         if self.method == "hybrid":  # the switch rule's signal; summed on the device, no sync
             for layer in self.layers:
                 g = grads[layer.name]
                 if g is not None:
                     layer.norm_sum = layer.norm_sum + torch.linalg.vector_norm(g).double()
                     layer.norm_count += 1
+        if self.steps % self.inv_update_steps == 0:
+            self._check_captured()
         update = self.steps % self.inv_update_steps == 0 and any(
             layer.A is not None and layer.G is not None for layer in self.layers
         )
@@ -379,7 +479,7 @@ class HyLo:
                 d = directions[layer.name]
                 write_grad(layer, d * scale if scale != 1.0 else d)
         for layer in self.layers:
-            m = self.last_methods[layer.name]
+            m = self.last_methods.get(layer.name, "sgd")
             layer.counts[m] = layer.counts.get(m, 0) + 1
         if log.isEnabledFor(logging.DEBUG):
             log.debug("hylo step %d methods %s", self.steps, self.last_methods)
