@@ -33,7 +33,7 @@ __all__ = [
     "train_hylo",
 ]
 
-_OPTIMIZERS = ("hylo", "kis", "kid", "sngd", "kfac", "smw", "sgd")
+_OPTIMIZERS = ("hylo", "kis", "kid", "sngd", "kfac", "smw", "sgd", "adam")
 
 
 def _windows(text: str) -> list[list[int]]:
@@ -63,18 +63,34 @@ def add_hylo_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     """Add the ``hylo`` training options to ``parser`` (defaults are ``TrainConfig``'s)."""
     p = parser
     p.add_argument(
-        "--model", choices=("cnn1d", "resnet32", "unet"), default="cnn1d", help="reference model"
+        "--model",
+        choices=("cnn1d", "resnet32", "unet", "autoencoder"),
+        default="cnn1d",
+        help="reference model (autoencoder: 784-1000-500-250-30 and its mirror, with "
+        "--data builtin:digits)",
+    )
+    p.add_argument(
+        "--activation",
+        choices=("relu", "sigmoid"),
+        default="relu",
+        help="autoencoder: hidden units' nonlinearity",
+    )
+    p.add_argument(
+        "--target-loss",
+        type=float,
+        default=None,
+        help="autoencoder: training reconstruction loss whose time is reported",
     )
     p.add_argument(
         "--width",
         type=int,
         default=None,
         help="channels of the model, an integer >= 1 (default: the published size: "
-        "cnn1d 25, resnet32 16, unet 8)",
+        "cnn1d 25, resnet32 16, unet 8; autoencoder: first hidden layer, 1000)",
     )
     p.add_argument(
         "--data",
-        choices=("builtin:mnist1d", "synthetic"),
+        choices=("builtin:mnist1d", "builtin:digits", "synthetic"),
         default="builtin:mnist1d",
         help="dataset (synthetic: random inputs of the model's shape, --n-train/--n-test rows)",
     )
@@ -82,7 +98,8 @@ def add_hylo_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
         "--optimizer",
         choices=_OPTIMIZERS,
         default="hylo",
-        help="hylo (KID/KIS hybrid), kis, kid, sngd (exact), kfac, smw (ASDL), sgd (none)",
+        help="hylo (KID/KIS hybrid), kis, kid, sngd (exact), kfac, smw (ASDL), sgd (none), "
+        "adam (none)",
     )
     p.add_argument("--epochs", type=int, default=10, help="training epochs")
     p.add_argument("--batch-size", type=int, default=128, help="global batch size")
@@ -163,7 +180,7 @@ def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
         "model width data optimizer epochs batch_size lr workers device seed out momentum "
         "weight_decay warmup_epochs lr_decay_epochs lr_decay damping damping_target rank_ratio "
         "inv_update_steps fisher_window factor_decay evals_per_epoch kid_epochs "
-        "switch_threshold kl_clip n_train n_test threads timeout"
+        "switch_threshold kl_clip n_train n_test threads timeout activation target_loss"
     ).split()
     return {k: getattr(args, k) for k in keys}
 

@@ -67,7 +67,13 @@ def asdl_step_function(
     maker: Any, model: nn.Module, task: str
 ) -> Callable[[Tensor, Tensor], Tensor]:
     """Forward, backward and preconditioning of one batch through ASDL's maker; returns the loss."""
-    loss_fn = F.cross_entropy if task == "classification" else F.binary_cross_entropy_with_logits
+    loss_fn: Callable[..., Tensor]
+    if task == "classification":
+        loss_fn = F.cross_entropy
+    elif task == "segmentation":
+        loss_fn = F.binary_cross_entropy_with_logits
+    else:
+        loss_fn = _per_image_bce
 
     def step(x: Tensor, y: Tensor) -> Tensor:
         dummy = maker.setup_model_call(model, x)
@@ -76,6 +82,17 @@ def asdl_step_function(
         return loss  # type: ignore[no-any-return]
 
     return step
+
+
+def _per_image_bce(out: Tensor, y: Tensor, reduction: str = "mean") -> Tensor:
+    """The reconstruction loss of :func:`~async_spark.hylo.epochs.loss_and_correct` (summed over
+    an image's pixels, averaged over the batch), with the ``reduction`` option ASDL needs: its
+    Fisher maker calls the loss with ``reduction="sum"`` (over the batch too), SMW-NGD with
+    ``"none"`` (one loss per image)."""
+    per_image = F.binary_cross_entropy_with_logits(out, y, reduction="none").flatten(1).sum(1)
+    if reduction == "none":
+        return per_image
+    return per_image.sum() if reduction == "sum" else per_image.mean()
 
 
 def _clip_after_precondition(

@@ -9,10 +9,14 @@ Spark stage's ranks (:func:`async_spark.gpu.rank.hylo_rank`).
 * :func:`run_epoch_in_parts` -- the same epoch cut into ``evals_per_epoch`` parts with a test
   evaluation between them (clock stopped), so that the time to an accuracy is resolved finer than
   an epoch.
-* :func:`loss_and_correct`, :func:`evaluate` -- the loss (cross-entropy, or binary for
-  segmentation) and the test loss and accuracy.
+* :func:`loss_and_correct`, :func:`evaluate` -- the loss (cross-entropy; binary cross-entropy
+  with logits for segmentation, per pixel, and for reconstruction, whose target is the input,
+  summed over an image's pixels as in Hinton & Salakhutdinov and Martens) and the test
+  loss and accuracy (none for reconstruction); :func:`dataset_loss` -- the mean loss over a whole
+  set (the training set's, for the time to a target reconstruction loss).
 * :class:`AccuracyLog` -- the best test accuracy and the training seconds at which each
-  threshold of :data:`THRESHOLDS` was first reached.
+  threshold of :data:`THRESHOLDS` was first reached; :class:`LossLog` -- the same for the
+  training loss against a target (below it, first and sustained).
 * :func:`epoch_record` -- the ``metrics.jsonl`` line of an epoch.
 """
 
@@ -35,6 +39,8 @@ __all__ = [
     "THRESHOLDS",
     "AccuracyLog",
     "EpochResult",
+    "LossLog",
+    "dataset_loss",
     "epoch_record",
     "evaluate",
     "loss_and_correct",
@@ -186,6 +192,49 @@ class AccuracyLog:
         return out
 
 
+@dataclass
+class LossLog:
+    """Every evaluation ``(training seconds, training-set loss)`` and the time to a target loss.
+
+    :meth:`time_to` is the first evaluation at or below ``target``; :meth:`time_to_sustained`
+    the first from which every later one stays at or below it (as :class:`AccuracyLog`)."""
+
+    history: list[tuple[float, float]] = field(default_factory=list)
+
+    def observe(self, loss: float, train_seconds: float) -> None:
+        self.history.append((train_seconds, loss))
+
+    @property
+    def best(self) -> float | None:
+        return min((loss for _, loss in self.history), default=None)
+
+    def time_to(self, target: float | None) -> float | None:
+        if target is None:
+            return None
+        return next((s for s, loss in self.history if loss <= target), None)
+
+    def time_to_sustained(self, target: float | None) -> float | None:
+        if target is None:
+            return None
+        since: float | None = None
+        for seconds, loss in self.history:
+            if not loss <= target:  # a NaN loss counts as above
+                since = None
+            elif since is None:
+                since = seconds
+        return since
+
+    def evaluator(
+        self, model: nn.Module, data: Dataset, device: torch.device, done: float
+    ) -> Callable[[float], None]:
+        """``evaluate_between``: the whole training set's loss at ``done + seconds``."""
+
+        def observe(seconds: float) -> None:
+            self.observe(dataset_loss(model, data, device, 512), done + seconds)
+
+        return observe
+
+
 def epoch_record(
     epoch: int,
     train_loss: float,
@@ -211,11 +260,33 @@ def epoch_record(
 
 
 def loss_and_correct(task: str, out: Tensor, y: Tensor) -> tuple[Tensor, int, int]:
+    """The batch's mean loss, and its correct predictions and their count (0 and 0 for
+    reconstruction, which has no accuracy)."""
     if task == "classification":
         loss = F.cross_entropy(out, y)
         return loss, int((out.argmax(1) == y).sum()), y.numel()
+    if task == "reconstruction":  # per image: summed over pixels (Hinton & Salakhutdinov)
+        loss = F.binary_cross_entropy_with_logits(out, y, reduction="sum") / out.shape[0]
+        return loss, 0, 0
     loss = F.binary_cross_entropy_with_logits(out, y)
     return loss, int(((out > 0).to(y.dtype) == y).sum()), y.numel()
+
+
+@torch.no_grad()
+def dataset_loss(
+    model: nn.Module, data: Dataset, device: torch.device, batch: int, train: bool = True
+) -> float:
+    """The mean loss over the training set (``train``) or the test set, in eval mode."""
+    x_all, y_all = (data.x_train, data.y_train) if train else (data.x_test, data.y_test)
+    was = model.training
+    model.eval()
+    total = 0.0
+    for i in range(0, x_all.shape[0], batch):
+        x, y = x_all[i : i + batch].to(device), y_all[i : i + batch].to(device)
+        loss, _, _ = loss_and_correct(data.task, model(x), y)
+        total += float(loss) * x.shape[0]
+    model.train(was)
+    return total / max(1, x_all.shape[0])
 
 
 @torch.no_grad()

@@ -7,18 +7,25 @@
   channels, parameter-free (zero-padded) shortcuts as in the CIFAR variant.
 * :class:`UNet` -- a small U-Net (Ronneberger et al., 2015) for binary segmentation, upsampling
   with interpolation + Conv2d (no ConvTranspose2d, which the preconditioners skip).
+* :class:`AutoEncoder` -- the deep autoencoder of Hinton & Salakhutdinov (Science, 2006), the
+  classic test of second-order methods (Martens 2010; Martens & Grosse's K-FAC 2015): an MLP
+  encoder 784-1000-500-250-30 with a linear code layer and its mirrored decoder, logits out.
 * :func:`resnet50_layer_shapes` -- (name, d_in, d_out) of ResNet-50's 53 convolutions and its
   classifier, for micro-benchmarks of the inverse update.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 __all__ = [
+    "AutoEncoder",
     "CNN1D",
+    "autoencoder_sizes",
     "DEFAULT_WIDTH",
     "resnet32",
     "ResNetCifar",
@@ -158,6 +165,80 @@ class UNet(nn.Module):
         return self.head(h)
 
 
+class AutoEncoder(nn.Module):
+    """Deep MLP autoencoder: ``input -> hidden... -> code -> reversed(hidden)... -> input`` logits.
+
+    Hinton & Salakhutdinov (2006): ``hidden = (1000, 500, 250)``, a linear 30-unit code layer,
+    logistic hidden units, and the decoder the mirror image of the encoder; its output is
+    trained against the input with the sigmoid cross-entropy (logits here, so the loss is
+    ``binary_cross_entropy_with_logits``, summed over the pixels).  ReLU hidden units are the
+    default: with logistic ones (the classic, ``activation="sigmoid"``) every optimizer here
+    (SGD, Adam, K-FAC, HyLo) sat on the mean-image plateau for the 20 epochs a CPU benchmark
+    can afford (``docs/hylo.md``).  Every layer is an ``nn.Linear``, which HyLo, K-FAC
+    and SMW-NGD all precondition.
+
+    Parameters
+    ----------
+    input_dim : int
+        Pixels of a (flattened) input, 784 for 28 x 28 images.
+    hidden : sequence of int
+        Encoder widths before the code layer (the decoder uses them reversed).
+    code : int
+        Width of the (linear) code layer.
+    activation : {"sigmoid", "relu"}
+        Nonlinearity of every hidden layer (not of the code layer nor of the output).
+    """
+
+    def __init__(
+        self,
+        input_dim: int = 784,
+        hidden: tuple[int, ...] = (1000, 500, 250),
+        code: int = 30,
+        activation: str = "relu",
+    ) -> None:
+        super().__init__()
+        if activation not in _ACTIVATIONS:
+            raise ValueError(f"activation must be one of {tuple(_ACTIVATIONS)}, got {activation!r}")
+        for name, v in (("input_dim", input_dim), ("code", code), *(("hidden", h) for h in hidden)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must hold integers >= 1, got {v!r}")
+        self.activation = activation
+        sizes = [input_dim, *hidden, code]
+        self.encoder = nn.ModuleList(
+            nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:], strict=True)
+        )
+        back = sizes[::-1]
+        self.decoder = nn.ModuleList(
+            nn.Linear(a, b) for a, b in zip(back[:-1], back[1:], strict=True)
+        )
+        self.input_dim = input_dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        act = _ACTIVATIONS[self.activation]
+        h = x.reshape(x.shape[0], -1)
+        last = len(self.encoder) - 1
+        for i, layer in enumerate(self.encoder):
+            h = layer(h)
+            if i < last:  # the code layer is linear
+                h = act(h)
+        last = len(self.decoder) - 1
+        for i, layer in enumerate(self.decoder):
+            h = layer(h)
+            if i < last:  # logits out
+                h = act(h)
+        return h
+
+
+_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"sigmoid": torch.sigmoid, "relu": F.relu}
+
+
+def autoencoder_sizes(width: int) -> tuple[tuple[int, ...], int]:
+    """Encoder widths and code size for ``width`` (the first hidden layer's size): the classic
+    proportions ``(w, w/2, w/4)`` and a code of ``min(30, w/4)`` (1000 -> 1000-500-250-30)."""
+    hidden = (width, max(1, width // 2), max(1, width // 4))
+    return hidden, max(1, min(30, width // 4))
+
+
 def resnet50_layer_shapes() -> list[tuple[str, int, int]]:
     """(name, d_in, d_out) of ResNet-50's 53 Conv2d layers and its fc layer (d_in with bias).
 
@@ -179,12 +260,15 @@ def resnet50_layer_shapes() -> list[tuple[str, int, int]]:
     return shapes
 
 
-#: each model's default width: CNN1D's channels, ResNet-32's first-stage channels, UNet's top level
-DEFAULT_WIDTH = {"cnn1d": 25, "resnet32": 16, "unet": 8}
+#: each model's default width: CNN1D's channels, ResNet-32's first-stage channels, UNet's top
+#: level, the autoencoder's first hidden layer
+DEFAULT_WIDTH = {"cnn1d": 25, "resnet32": 16, "unet": 8, "autoencoder": 1000}
 
 
-def build_model(name: str, width: int | None = None) -> nn.Module:
-    """Build a reference model by name: ``"cnn1d"``, ``"resnet32"`` or ``"unet"``.
+def build_model(name: str, width: int | None = None, activation: str = "relu") -> nn.Module:
+    """Build a reference model by name: ``"cnn1d"``, ``"resnet32"``, ``"unet"`` or
+    ``"autoencoder"`` (28 x 28 inputs; ``activation`` is its hidden units', see
+    :class:`AutoEncoder`).
 
     ``width`` scales the channels (see :data:`DEFAULT_WIDTH`; ``None`` keeps the published
     size).  Wider layers are where HyLo's kernel (sized by the batch) beats K-FAC's factors
@@ -199,4 +283,7 @@ def build_model(name: str, width: int | None = None) -> nn.Module:
         return CNN1D(channels=w)
     if name == "resnet32":
         return resnet32(width=w)
+    if name == "autoencoder":
+        hidden, code = autoencoder_sizes(w)
+        return AutoEncoder(784, hidden, code, activation)
     return UNet(width=w)

@@ -14,7 +14,14 @@ Writes into ``config.out`` (when given):
   learning rate, damping, and for HyLo the steps per method of each layer);
 * ``model.pt`` -- the model's ``state_dict``.
 
-Optimizers: ``sgd`` (torch SGD with momentum), ``hylo`` (hybrid), ``kis``, ``kid``, ``sngd`` (the
+For the reconstruction task (``model="autoencoder"``, ``data="builtin:digits"``) the summary also
+has ``train_loss_evaluations`` (every ``[training seconds, training-set loss]``, evaluated with
+the clock stopped at the same points as the test set), ``final_train_loss``,
+``best_train_loss``, ``time_to_target_loss`` and ``time_to_sustained_target_loss`` (training
+seconds until the training-set loss first reached ``target_loss``, and from when it stayed
+there; ``null`` when no target was given or it was not reached); the accuracies are ``null``.
+
+Optimizers: ``sgd`` (torch SGD with momentum), ``adam`` (torch Adam), ``hylo`` (hybrid), ``kis``, ``kid``, ``sngd`` (the
 HyLo preconditioner, then SGD with momentum), and the third-party baselines ``kfac`` and ``smw``
 from ASDL (``asdfghjkl``: K-FAC with the empirical Fisher and the SMW empirical natural gradient),
 also followed by SGD with momentum; K-FAC gets HyLo's KL clipping (``kl_clip``, as KAISA clips
@@ -38,10 +45,13 @@ from torch import Tensor, nn
 
 from .baselines import asdl_maker, asdl_step_function
 from .comm import TorchCommunicator
-from .data import DATASETS, load_dataset
+from .data import BUILTIN_MODEL, DATASETS, load_dataset
+from .defaults import AUTO, recommended
 from .epochs import (
     THRESHOLDS,
     AccuracyLog,
+    LossLog,
+    dataset_loss,
     epoch_record,
     evaluate,
     loss_and_correct,
@@ -66,9 +76,13 @@ __all__ = [
     "train",
 ]
 
-OPTIMIZERS = ("hylo", "kis", "kid", "sngd", "kfac", "smw", "sgd")
-MODELS = ("cnn1d", "resnet32", "unet")
+OPTIMIZERS = ("hylo", "kis", "kid", "sngd", "kfac", "smw", "sgd", "adam")
+MODELS = ("cnn1d", "resnet32", "unet", "autoencoder")
+ACTIVATIONS = ("sigmoid", "relu")
 HYLO_METHODS = {"hylo": "hybrid", "kis": "kis", "kid": "kid", "sngd": "sngd"}
+#: the TrainConfig fields that take the model's default when left at "auto"
+AUTO_FIELDS = ("damping", "damping_target", "kl_clip", "fisher_window", "warmup_epochs")
+#: learning rates where :mod:`async_spark.hylo.defaults` has none
 DEFAULT_LR = {
     "sgd": 0.1,
     "hylo": 0.1,
@@ -77,6 +91,7 @@ DEFAULT_LR = {
     "sngd": 0.1,
     "kfac": 0.1,
     "smw": 0.1,
+    "adam": 1e-3,
 }
 
 
@@ -84,7 +99,12 @@ DEFAULT_LR = {
 class TrainConfig:
     """Configuration of :func:`train` (the fields of the ``async-spark hylo`` command).
 
-    ``lr=None`` takes a per-optimizer default; ``damping_target=None`` keeps the damping constant;
+    ``lr=None`` and the fields left at ``"auto"`` (``damping``, ``damping_target``,
+    ``kl_clip``, ``fisher_window``, ``warmup_epochs``) take the model's default for the
+    optimizer, from :mod:`async_spark.hylo.defaults` (where each comes from is said there;
+    :meth:`resolved` gives the configuration with them filled in, and the summary records
+    those values); ``damping_target=None`` keeps the damping constant, ``kl_clip=None`` turns
+    the clip off;
     ``kid_epochs=None`` uses the automatic hybrid switch (gradient-norm change), otherwise the
     given epoch windows.  ``fisher_window`` (HyLo) keeps the rows of the last W inverse updates in
     each kernel; ``factor_decay`` (K-FAC) keeps running averages of its Kronecker factors,
@@ -92,6 +112,11 @@ class TrainConfig:
     ``width`` (an integer >= 1, or ``None`` for the published size) sets the model's channels
     (:data:`~.models.DEFAULT_WIDTH`); ``evals_per_epoch`` (>= 1) is how often the test set is
     evaluated per epoch, with the training clock stopped (training itself is unchanged).
+    ``activation`` is the autoencoder's hidden units' (``"relu"``, or ``"sigmoid"``, the
+    classic); ``target_loss`` (reconstruction) the training-set loss whose time is reported.
+    ``momentum`` is Adam's beta1 for ``optimizer="adam"`` (beta2 0.999). ``stop_at_target``
+    ends the training at the end of the first epoch in which an evaluation reached
+    ``target_loss`` (the benchmarks' time to a target needs nothing after it).
     """
 
     model: str = "cnn1d"
@@ -107,27 +132,51 @@ class TrainConfig:
     out: str | None = None
     momentum: float = 0.9
     weight_decay: float = 5e-4
-    warmup_epochs: int = 0
+    warmup_epochs: int | str = AUTO
     lr_decay_epochs: list[int] = field(default_factory=list)
     lr_decay: float = 0.1
-    damping: float = 0.03
-    damping_target: float | None = None
+    damping: float | str = AUTO
+    damping_target: float | str | None = AUTO
     rank_ratio: float = 0.1
     inv_update_steps: int = 10
-    fisher_window: int = 1
+    fisher_window: int | str = AUTO
     factor_decay: float = 0.0
     evals_per_epoch: int = 1
     kid_epochs: list[list[int]] | None = None
     switch_threshold: float = 0.1
-    kl_clip: float | None = 1e-3
+    kl_clip: float | str | None = AUTO
     n_train: int = 1024
     n_test: int = 512
     threads: int = 1
     timeout: float = 3600.0
+    activation: str = "relu"
+    target_loss: float | None = None
+    stop_at_target: bool = False
+
+    def resolved(self) -> TrainConfig:
+        """A copy with ``lr`` and every ``"auto"`` field set to the model's default for the
+        optimizer (:func:`async_spark.hylo.defaults.recommended`)."""
+        out = TrainConfig(**asdict(self))
+        if self.model not in MODELS or self.optimizer not in OPTIMIZERS:
+            return out  # validate() says which
+        rec = recommended(self.model, self.optimizer)
+        for name in AUTO_FIELDS:
+            if getattr(out, name) == AUTO:
+                setattr(out, name, rec[name])
+        if out.lr is None:
+            out.lr = rec.get("lr", DEFAULT_LR[self.optimizer])
+        return out
 
     def validate(self) -> None:
-        """Raise one ``ValueError`` per bad field, naming it and the accepted values."""
+        """Raise one ``ValueError`` per bad field, naming it and the accepted values (checked
+        on :meth:`resolved`)."""
+        if self.model not in MODELS:
+            raise ValueError(f"model must be one of {MODELS}, got {self.model!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        self.resolved()._validate()
 
+    def _validate(self) -> None:
         def integer(name: str, lo: int) -> None:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
@@ -144,12 +193,8 @@ class TrainConfig:
             ):
                 raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
 
-        if self.model not in MODELS:
-            raise ValueError(f"model must be one of {MODELS}, got {self.model!r}")
         if self.data not in DATASETS:
             raise ValueError(f"data must be one of {DATASETS}, got {self.data!r}")
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
         for name, lo in (("epochs", 1), ("batch_size", 1), ("workers", 1), ("warmup_epochs", 0)):
             integer(name, lo)
         for name, lo in (("inv_update_steps", 1), ("n_train", 1), ("n_test", 1), ("threads", 1)):
@@ -165,7 +210,7 @@ class TrainConfig:
             or not 0.0 <= float(decay) < 1.0
         ):
             raise ValueError(f"factor_decay must be a number in [0, 1), got {decay!r}")
-        if self.fisher_window > 1 and self.optimizer not in HYLO_METHODS:
+        if int(self.fisher_window) > 1 and self.optimizer not in HYLO_METHODS:
             raise ValueError(
                 f"fisher_window applies to the HyLo optimizers {tuple(HYLO_METHODS)}, "
                 f"got {self.fisher_window} with optimizer {self.optimizer!r}"
@@ -201,8 +246,19 @@ class TrainConfig:
                 f"workers must be 1 for the third-party optimizer {self.optimizer!r}, "
                 f"got {self.workers}"
             )
-        if self.data == "builtin:mnist1d" and self.model != "cnn1d":
-            raise ValueError(f"data 'builtin:mnist1d' needs model 'cnn1d', got {self.model!r}")
+        if self.data in BUILTIN_MODEL and self.model != BUILTIN_MODEL[self.data]:
+            raise ValueError(
+                f"data {self.data!r} needs model {BUILTIN_MODEL[self.data]!r}, got {self.model!r}"
+            )
+        if self.model == "autoencoder" and self.data == "builtin:mnist1d":
+            raise ValueError("model 'autoencoder' needs data 'builtin:digits' or 'synthetic'")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
+        positive("target_loss", optional=True)
+        if self.stop_at_target and (self.target_loss is None or self.model != "autoencoder"):
+            raise ValueError("stop_at_target needs target_loss and model 'autoencoder'")
+        if self.stop_at_target and self.workers > 1:  # rank 0 alone decides: the others would wait
+            raise ValueError(f"stop_at_target needs workers 1, got {self.workers}")
 
 
 def _config(config: TrainConfig | Mapping[str, Any]) -> TrainConfig:
@@ -217,7 +273,7 @@ def _config(config: TrainConfig | Mapping[str, Any]) -> TrainConfig:
     else:
         raise ValueError(f"config must be a TrainConfig or a mapping, got {type(config).__name__}")
     cfg.validate()
-    return cfg
+    return cfg.resolved()
 
 
 def train(config: TrainConfig | Mapping[str, Any]) -> dict[str, Any]:
@@ -261,14 +317,18 @@ def _run_rank(rank: int, world: int, params: dict[str, Any]) -> None:
 
 
 def build_replica(
-    model_name: str, device: torch.device, world: int, width: int | None = None
+    model_name: str,
+    device: torch.device,
+    world: int,
+    width: int | None = None,
+    activation: str = "relu",
 ) -> tuple[nn.Module, nn.Module, TorchCommunicator | None]:
     """This rank's model: ``(net, model, communicator)``; with ``world > 1`` the model is the DDP
     wrapper of ``net`` (which averages gradients) and HyLo gets a torch.distributed
     communicator. Shared by :func:`train` and the Spark stage's ranks."""
     from .models import build_model
 
-    net = build_model(model_name, width).to(device)
+    net = build_model(model_name, width, activation).to(device)
     if world == 1:
         return net, net, None
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -279,9 +339,10 @@ def build_replica(
 
 @dataclass
 class Optimizers:
-    """What one rank steps: torch SGD, its learning-rate schedule, the HyLo preconditioner."""
+    """What one rank steps: torch SGD (Adam for ``adam``), its learning-rate schedule, the HyLo
+    preconditioner."""
 
-    optimizer: torch.optim.SGD
+    optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LambdaLR
     preconditioner: HyLo | None
 
@@ -292,31 +353,42 @@ def build_optimizers(
     steps_per_epoch: int,
     communicator: Any = None,
 ) -> Optimizers:
-    """SGD with momentum, the warm-up/decay schedule and, for hylo/kis/kid/sngd, the
+    """SGD with momentum (Adam for ``adam``), the warm-up/decay schedule and, for hylo/kis/kid/sngd, the
     preconditioner on ``model`` (the DDP wrapper when distributed) with its damping schedule.
 
     Shared by :func:`train` and the Spark stage (:mod:`async_spark.gpu.hylo_stage`), so both
     train the same way. The ASDL baselines (kfac, smw) are built by the caller.
     """
+    cfg = cfg.resolved()
     lr = cfg.lr if cfg.lr is not None else DEFAULT_LR[cfg.optimizer]
-    opt = torch.optim.SGD(
-        model.parameters(), lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
-    )
+    warmup = int(cfg.warmup_epochs)
+    opt: torch.optim.Optimizer
+    if cfg.optimizer == "adam":
+        opt = torch.optim.Adam(
+            model.parameters(),
+            lr=lr,
+            betas=(cfg.momentum, 0.999),
+            weight_decay=cfg.weight_decay,
+        )
+    else:
+        opt = torch.optim.SGD(
+            model.parameters(), lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
+        )
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt,
         warmup_multistep(
-            cfg.warmup_epochs * steps_per_epoch,
+            warmup * steps_per_epoch,
             [e * steps_per_epoch for e in cfg.lr_decay_epochs],
             cfg.lr_decay,
         ),
     )
-    damping: float | GeometricDamping = cfg.damping
+    damping: float | GeometricDamping = float(cfg.damping)
     if cfg.damping_target is not None:
-        decay_steps = max(1, (cfg.epochs - cfg.warmup_epochs) * steps_per_epoch)
+        decay_steps = max(1, (cfg.epochs - warmup) * steps_per_epoch)
         damping = GeometricDamping(
-            start=cfg.damping,
-            target=cfg.damping_target,
-            warmup_steps=cfg.warmup_epochs * steps_per_epoch,
+            start=float(cfg.damping),
+            target=float(cfg.damping_target),
+            warmup_steps=warmup * steps_per_epoch,
             decay_updates=max(1, decay_steps // cfg.inv_update_steps),
             update_every=cfg.inv_update_steps,
         )
@@ -328,12 +400,12 @@ def build_optimizers(
             rank_ratio=cfg.rank_ratio,
             damping=damping,
             inv_update_steps=cfg.inv_update_steps,
-            fisher_window=cfg.fisher_window,
+            fisher_window=int(cfg.fisher_window),
             switch="auto" if cfg.kid_epochs is None else "epochs",
             kid_epochs=[tuple(w) for w in (cfg.kid_epochs or [])],  # type: ignore[misc]
             switch_threshold=cfg.switch_threshold,
             communicator=communicator,
-            kl_clip=cfg.kl_clip,
+            kl_clip=None if cfg.kl_clip is None else float(cfg.kl_clip),
             lr=lambda: float(opt.param_groups[0]["lr"]),
             seed=cfg.seed,
         )
@@ -342,7 +414,7 @@ def build_optimizers(
 
 def _run(rank: int, world: int, params: dict[str, Any]) -> dict[str, Any]:
 
-    cfg = TrainConfig(**params)
+    cfg = TrainConfig(**params).resolved()
     torch.set_num_threads(cfg.threads)
     if cfg.device == "cuda":
         device = torch.device("cuda", rank % max(1, torch.cuda.device_count()))
@@ -351,7 +423,7 @@ def _run(rank: int, world: int, params: dict[str, Any]) -> dict[str, Any]:
         device = torch.device("cpu")
     torch.manual_seed(cfg.seed)
     data = load_dataset(cfg.data, cfg.model, seed=cfg.seed, n_train=cfg.n_train, n_test=cfg.n_test)
-    net, model, comm = build_replica(cfg.model, device, world, cfg.width)
+    net, model, comm = build_replica(cfg.model, device, world, cfg.width, cfg.activation)
     n = data.x_train.shape[0]
     steps_per_epoch = max(1, n // cfg.batch_size)  # drop the last partial batch
     built = build_optimizers(cfg, model, steps_per_epoch, comm)
@@ -362,10 +434,10 @@ def _run(rank: int, world: int, params: dict[str, Any]) -> dict[str, Any]:
             cfg.optimizer,
             net,
             cfg.batch_size,
-            damping=cfg.damping,
+            damping=float(cfg.damping),
             inv_update_steps=cfg.inv_update_steps,
             factor_decay=cfg.factor_decay,
-            kl_clip=cfg.kl_clip,
+            kl_clip=None if cfg.kl_clip is None else float(cfg.kl_clip),
             lr=lambda: float(opt.param_groups[0]["lr"]),
         )
 
@@ -382,6 +454,8 @@ def _run(rank: int, world: int, params: dict[str, Any]) -> dict[str, Any]:
     )
     train_seconds = 0.0
     accuracy = AccuracyLog()
+    reconstruction = data.task == "reconstruction"
+    losses = LossLog()
     acc = 0.0
     diverged = False
     epochs_run = 0
@@ -409,7 +483,11 @@ def _run(rank: int, world: int, params: dict[str, Any]) -> dict[str, Any]:
                 world=world,
                 evals_per_epoch=cfg.evals_per_epoch,
                 evaluate_between=(
-                    accuracy.evaluator(net, data, device, train_seconds) if rank == 0 else None
+                    None
+                    if rank != 0
+                    else losses.evaluator(net, data, device, train_seconds)
+                    if reconstruction
+                    else accuracy.evaluator(net, data, device, train_seconds)
                 ),
             )
         except torch.linalg.LinAlgError:
@@ -425,13 +503,20 @@ def _run(rank: int, world: int, params: dict[str, Any]) -> dict[str, Any]:
         if rank != 0:
             continue
         test_loss, acc = evaluate(net, data, device, 512)
-        accuracy.observe(acc, train_seconds)
+        if reconstruction:
+            losses.observe(dataset_loss(net, data, device, 512), train_seconds)
+        else:
+            accuracy.observe(acc, train_seconds)
         record = epoch_record(
             epoch + 1, train_loss, result, train_seconds, opt, precond, (test_loss, acc)
         )
+        if reconstruction:
+            record["train_set_loss"] = losses.history[-1][1]
         if metrics_path:
             with open(metrics_path, "a") as f:
                 f.write(json.dumps(record) + "\n")
+        if cfg.stop_at_target and losses.time_to(cfg.target_loss) is not None:
+            break
     if diverged:
         acc = 0.0
     summary: dict[str, Any] = {
@@ -450,6 +535,16 @@ def _run(rank: int, world: int, params: dict[str, Any]) -> dict[str, Any]:
         "evaluations": [list(e) for e in accuracy.history],
         "config": asdict(cfg),
     }
+    if reconstruction:
+        summary.update(
+            test_accuracy=None,
+            best_test_accuracy=None,
+            train_loss_evaluations=[list(e) for e in losses.history],
+            final_train_loss=losses.history[-1][1] if losses.history and not diverged else None,
+            best_train_loss=losses.best,
+            time_to_target_loss=losses.time_to(cfg.target_loss),
+            time_to_sustained_target_loss=losses.time_to_sustained(cfg.target_loss),
+        )
     if rank == 0 and cfg.out:
         os.makedirs(cfg.out, exist_ok=True)
         torch.save(net.state_dict(), os.path.join(cfg.out, "model.pt"))
