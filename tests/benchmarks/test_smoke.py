@@ -35,6 +35,7 @@ SMOKES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("spark",),
     ),
     "transport_race.py": (("resident_vs_jobs_updates_asaga",), ("spark",)),
+    "fit_race.py": (("async_fit_vs_lbfgs_fit_seconds",), ("spark", "sklearn")),
     "data_path.py": (("data_path_overhead_ratio_largest",), ("spark",)),
     "emulator_validation.py": (("emulator_validation_max_error",), ("spark",)),
     "momentum_engine.py": (("ag_vs_sgd_updates_sync",), ("spark", "sklearn")),
