@@ -51,17 +51,18 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         "does; model.npz holds the weights for the raw columns either way",
     )
     p.add_argument("--loss", default="logistic", help="logistic | squares | softmax")
+    from async_spark.solvers.config import LINEAR_METHODS
+
     p.add_argument(
         "--method",
         default="asaga",
-        help="sgd | asgd | saga | asaga | hb | ahb | ag | aag | apg | aapg, or a comma list "
-        "(e.g. asaga,saga) to run side by side",
+        help=f"{' | '.join(LINEAR_METHODS)}, or a comma list (e.g. asaga,saga) to run side by side",
     )
     p.add_argument(
         "--momentum",
         type=parse_float,
         default=None,
-        help="beta for hb/ag/apg with an explicit --step",
+        help="beta in [0, 1) for hb/ag/apg with an explicit --step",
     )
     p.add_argument(
         "--momentum-damping",
@@ -69,12 +70,12 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         default=0.0,
         help="c >= 0: asynchronous momentum uses beta / (1 + c * staleness)",
     )
-    p.add_argument("--l2", type=parse_float, default=1e-4, help="L2 penalty (l2/2)*||w||^2")
+    p.add_argument("--l2", type=parse_float, default=1e-4, help="L2 penalty (l2/2)*||w||^2, >= 0")
     p.add_argument(
-        "--l1", type=parse_float, default=0.0, help="L1 penalty l1*||w||_1 on the weights"
+        "--l1", type=parse_float, default=0.0, help="L1 penalty l1*||w||_1 on the weights, >= 0"
     )
     p.add_argument(
-        "--step", type=parse_step, default="auto", help="step size, or 'auto' from the data"
+        "--step", type=parse_step, default="auto", help="step size > 0, or 'auto' from the data"
     )
     p.add_argument(
         "--step-rule",
@@ -85,9 +86,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         "--batch-fraction",
         type=parse_float,
         default=0.1,
-        help="b: fraction of its block a task samples",
+        help="b in (0, 1]: fraction of its block a task samples",
     )
-    p.add_argument("--partitions", type=parse_int, default=8, help="P: number of blocks")
+    p.add_argument("--partitions", type=parse_int, default=8, help="P >= 1: number of blocks")
     p.add_argument(
         "--beta", type=parse_float, default=None, help="partial barrier in (0, 1] (async methods)"
     )
@@ -102,19 +103,23 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         "--straggler-base",
         type=parse_float,
         default=None,
-        help="seconds that straggler delays are multiples of (default: median task time of a warm-up)",
+        help="seconds > 0 that straggler delays are multiples of (default: median task time "
+        "of a warm-up)",
     )
     p.add_argument(
         "--seed", type=parse_int, default=0, help="seed of the task samples and straggler delays"
     )
     p.add_argument(
-        "--max-updates", type=parse_int, default=None, help="stop after this many model updates"
+        "--max-updates",
+        type=parse_int,
+        default=None,
+        help="stop after this many model updates (>= 1)",
     )
     p.add_argument(
         "--time-budget",
         type=parse_float,
         default=None,
-        help="seconds of training (default 20 when no other stop)",
+        help="seconds of training > 0 (default 20 when no other stop)",
     )
     p.add_argument(
         "--target-objective",
@@ -123,7 +128,10 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         help="stop when the objective reaches this value",
     )
     p.add_argument(
-        "--eval-every", type=parse_float, default=1.0, help="seconds between objective snapshots"
+        "--eval-every",
+        type=parse_float,
+        default=1.0,
+        help="seconds > 0 between objective snapshots",
     )
     p.add_argument(
         "--publisher",
@@ -141,7 +149,10 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         "--out", default=None, help="output folder: summary.json, trace.jsonl, model.npz"
     )
     p.add_argument(
-        "--checkpoint-every", type=parse_int, default=None, help="updates between checkpoints"
+        "--checkpoint-every",
+        type=parse_int,
+        default=None,
+        help="updates between checkpoints (>= 1)",
     )
     p.add_argument(
         "--checkpoint-seconds", type=parse_float, default=None, help="seconds between checkpoints"
@@ -150,7 +161,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         "--keep-checkpoints",
         type=parse_int,
         default=3,
-        help="checkpoints to keep; older ones are deleted",
+        help="checkpoints to keep (>= 1); older ones are deleted",
     )
     p.add_argument(
         "--resume",
