@@ -70,9 +70,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         default=0.0,
         help="c >= 0: asynchronous momentum uses beta / (1 + c * staleness)",
     )
-    p.add_argument("--l2", type=parse_float, default=1e-4, help="L2 penalty (l2/2)*||w||^2, >= 0")
+    p.add_argument("--l2", type=parse_float, default=1e-4, help="L2 penalty (l2/2)*||w||^2")
     p.add_argument(
-        "--l1", type=parse_float, default=0.0, help="L1 penalty l1*||w||_1 on the weights, >= 0"
+        "--l1", type=parse_float, default=0.0, help="L1 penalty l1*||w||_1 on the weights"
     )
     p.add_argument(
         "--step", type=parse_step, default="auto", help="step size > 0, or 'auto' from the data"
