@@ -49,6 +49,10 @@ SMOKES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("hylo_vs_kfac_sustained_time_to_85", "hylo_vs_kfac_time_to_85"),
         ("torch", "mnist1d", "asdl"),
     ),
+    "hylo_autoencoder.py": (
+        ("hylo_vs_kfac_time_to_target", "hylo_vs_best_first_order_time_to_target"),
+        ("torch", "sklearn", "asdl"),
+    ),
     "gpu_check.py": (("gpu_check_failed_sections",), ("torch", "cuda")),
 }
 TIMEOUT = 300  # seconds per script; each takes seconds to tens of seconds on an idle 2-core box
