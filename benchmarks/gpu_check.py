@@ -11,14 +11,19 @@ others still run):
    (``benchmarks/hylo_inverse.py``'s ``measure_layer``; local batch 32, P = 1 and 64);
 4. ``resnet32`` -- two epochs of ResNet-32 on CIFAR-shaped synthetic data, HyLo vs SGD
    (``async_spark.hylo.train.train`` on ``cuda``; HyLo also with ``fisher_window`` 10): seconds
-   per epoch and test accuracy;
+   per epoch and test accuracy; then (under ``autoencoder`` in the same section) one epoch of
+   the deep autoencoder (784-1000-500-250-30, ``builtin:digits``, or synthetic images without
+   scikit-learn) per optimizer -- hylo, kis, kid, kfac, smw (ASDL; skipped without it), sgd,
+   adam -- with the per-model defaults: seconds per epoch and the training loss at mid-epoch
+   and at its end;
 5. ``spark_stage`` -- a short HyLo run on the GPU barrier stage of a ``local-cluster[1,2,4096]``
    whose worker discovers the GPUs with ``spark-conf/gpu/getGpusResources.sh``: the task must get
    its GPU from Spark's resource profile; then two ranks asking for 0.5 GPU each (one GPU, NCCL)
    must be refused with a clear error, not hang. Skipped without Java.
 
 Every section ends with an ``ok`` flag: 1 and 2 their error bounds (float64 CUDA within 1e-8 of
-CPU); 3 every time finite and > 0; 4 no run diverged, accuracies in [0, 1], times finite; 5 the GPU
+CPU); 3 every time finite and > 0; 4 no run diverged, accuracies in [0, 1], times finite, every
+autoencoder loss finite and below 784 ln 2 (where it starts) after its epoch; 5 the GPU
 came from Spark and the shared-GPU request was refused. A section that raised records
 ``ok: false`` with its error; a section skipped for want of Java records ``skipped``.
 
@@ -194,12 +199,69 @@ def check_resnet32(n_train: int, epochs: int) -> dict[str, Any]:
         out[key]["diverged"] = bool(s["diverged"])
     out["hylo_over_sgd_time"] = out["hylo"]["train_seconds"] / out["sgd"]["train_seconds"]
     runs = [out[k] for k in ("sgd", "hylo", "hylo_w10")]
-    out["ok"] = all(
+    resnet_ok = all(
         not r["diverged"]
         and 0.0 <= r["test_accuracy"] <= 1.0
         and math.isfinite(r["train_seconds"])
         and r["train_seconds"] > 0
         for r in runs
+    )
+    # the autoencoder rides in this section (its verdict joins the section's): a section of its
+    # own would run, unpatched, in tests/benchmarks/test_smoke.py's fake-CUDA check of main()
+    out["autoencoder"] = check_autoencoder()
+    out["ok"] = resnet_ok and out["autoencoder"]["ok"]
+    return out
+
+
+AUTOENCODER_OPTIMIZERS = ("hylo", "kis", "kid", "kfac", "smw", "sgd", "adam")
+
+
+def check_autoencoder(device: str = "cuda", width: int = 1000) -> dict[str, Any]:
+    """One epoch of the deep autoencoder per optimizer on ``device``, with the per-model
+    defaults (``async_spark.hylo.defaults``): the training-set loss must be finite and, after
+    the epoch, below 784 ln 2 = 543.4 (an output of 1/2 everywhere, where an untrained net
+    starts)."""
+    import importlib.util
+
+    from async_spark.hylo.train import train
+
+    data = "builtin:digits" if importlib.util.find_spec("sklearn") else "synthetic"
+    have_asdl = importlib.util.find_spec("asdl") is not None
+    out: dict[str, Any] = {"data": data, "width": width}
+    for opt in AUTOENCODER_OPTIMIZERS:
+        if opt in ("kfac", "smw") and not have_asdl:
+            out[opt] = {"skipped": True, "reason": "asdl (asdfghjkl) is not installed"}
+            continue
+        t = time.perf_counter()
+        s = train(
+            {
+                "model": "autoencoder",
+                "data": data,
+                "width": width,
+                "optimizer": opt,
+                "epochs": 1,
+                "evals_per_epoch": 2,  # the loss after half an epoch and after the epoch
+                "n_train": 1500,
+                "n_test": 300,
+                "device": device,
+                "threads": 4,
+            }
+        )
+        evals = [loss for _, loss in s["train_loss_evaluations"]]
+        out[opt] = {
+            "seconds": time.perf_counter() - t,
+            "train_seconds": s["wall_seconds"],
+            "train_loss": evals,
+            "diverged": bool(s["diverged"]),
+        }
+    ran = [r for k, r in out.items() if isinstance(r, dict) and not r.get("skipped")]
+    out["ok"] = bool(ran) and all(
+        not r["diverged"]
+        and len(r["train_loss"]) == 2
+        and all(math.isfinite(v) for v in r["train_loss"])
+        and r["train_loss"][-1] < 784 * math.log(2.0)
+        and r["train_seconds"] > 0
+        for r in ran
     )
     return out
 
