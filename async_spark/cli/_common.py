@@ -142,18 +142,20 @@ class _ConsoleFilter(logging.Filter):
 
 @contextmanager
 def quiet_logging(path: Path | None) -> Iterator[None]:
-    """Python logging for one command: warnings and errors on the console (minus the records of
-    ``_UNACTIONABLE`` and Python's ``warnings``), everything from INFO up in ``path``."""
+    """Python logging for one command: the handlers already there (the console) keep warnings
+    and errors, minus the records of ``_UNACTIONABLE`` and Python's ``warnings``; ``path`` gets
+    everything from INFO up (async_spark's INFO lines: workers connecting, jobs launched)."""
     root = logging.getLogger()
-    console = next(
-        (h for h in root.handlers if isinstance(h, logging.StreamHandler) and h.level <= 30),
-        None,
-    )
-    added: list[logging.Handler] = []
     filt = _ConsoleFilter()
-    for h in root.handlers:
+    handlers = list(root.handlers)
+    levels = [h.level for h in handlers]
+    for h in handlers:
         h.addFilter(filt)
+        if h.level == logging.NOTSET:
+            h.setLevel(logging.WARNING)  # async_spark at INFO below must not reach the console
     file_handler = None
+    async_logger = logging.getLogger("async_spark")
+    previous = async_logger.level
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         file_handler = logging.FileHandler(path, encoding="utf-8")
@@ -162,26 +164,19 @@ def quiet_logging(path: Path | None) -> Iterator[None]:
             logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S")
         )
         root.addHandler(file_handler)
-        added.append(file_handler)
-    previous_level = root.level
-    async_logger = logging.getLogger("async_spark")
-    previous_async = async_logger.level
-    if file_handler is not None:
         async_logger.setLevel(logging.INFO)
-        if console is not None and console.level == logging.NOTSET:
-            console.setLevel(logging.WARNING)
     logging.captureWarnings(True)
     try:
         yield
     finally:
         logging.captureWarnings(False)
-        async_logger.setLevel(previous_async)
-        root.setLevel(previous_level)
-        for h in root.handlers:
+        async_logger.setLevel(previous)
+        for h, level in zip(handlers, levels, strict=True):
             h.removeFilter(filt)
-        for h in added:
-            root.removeHandler(h)
-            h.close()
+            h.setLevel(level)
+        if file_handler is not None:
+            root.removeHandler(file_handler)
+            file_handler.close()
 
 
 @contextmanager
