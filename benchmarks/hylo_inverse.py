@@ -17,6 +17,13 @@ allocated memory is measured too.  Communication per inverse update (float32 byt
 KIS P r (d_in + d_out) + (P r)^2, KID that plus P r^2 cores, SNGD P b (d_in + d_out) + (P b)^2,
 K-FAC 2 (d_in^2 + d_out^2) (factor all-reduce and inverse broadcast).
 
+Whole network, one inverse update: for each (b, P) the script sums its per-shape rows, each
+times the number of ResNet-50 layers of that shape (``layers_with_shape``): KIS, KID, SNGD (only
+when no shape skipped it) and K-FAC (the faster of its inverse and eigendecomposition per shape),
+K-FAC / KIS, and the number of distinct shapes where K-FAC is faster than KIS.
+``--totals-from FILE`` prints that table from the rows of an earlier ``--out FILE``, measuring
+nothing.
+
 Last line: ``RESULT kis_vs_kfac_inverse_speedup <x>`` -- at P = 64 and b = 32 on the largest layer
 (3 x 3 conv with 512 channels, d_in = 4608), the faster of K-FAC's two inverse times divided by
 KIS's time.
@@ -26,6 +33,7 @@ Usage::
     python benchmarks/hylo_inverse.py --quick          # the largest layer, b = 32, P = 1, 64
     python benchmarks/hylo_inverse.py --out runs/hylo_inverse.json
     python benchmarks/hylo_inverse.py --smoke          # seconds: the smallest layer, b = 32, P = 64
+    python benchmarks/hylo_inverse.py --totals-from runs/hylo_inverse.json   # totals, no timing
 
 ``--smoke`` reports its RESULT on the smallest layer shape (the largest one's K-FAC inverse alone
 takes seconds on a CPU): it checks that the script runs, it is not the figure.
@@ -39,6 +47,7 @@ import math
 import platform
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -121,6 +130,59 @@ def kfac_times(d_in: int, d_out: int, device: torch.device, repeats: int) -> tup
     return t_inv, t_eig
 
 
+def network_totals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Whole-network totals per (b, P), computed from the per-shape rows (seconds)."""
+    groups: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((int(row["b"]), int(row["P"])), []).append(row)
+    out = []
+    for (b, P), rs in groups.items():
+        n = [int(r["layers_with_shape"]) for r in rs]
+        kfac_each = [min(float(r["kfac_inv_s"]), float(r["kfac_eig_s"])) for r in rs]
+        kis = sum(c * float(r["kis_s"]) for c, r in zip(n, rs, strict=True))
+        sngd = None
+        if all(r["sngd_s"] is not None for r in rs):
+            sngd = sum(c * float(r["sngd_s"]) for c, r in zip(n, rs, strict=True))
+        kfac = sum(c * k for c, k in zip(n, kfac_each, strict=True))
+        out.append(
+            {
+                "b": b,
+                "P": P,
+                "shapes": len(rs),
+                "layers": sum(n),
+                "kis_s": kis,
+                "kid_s": sum(c * float(r["kid_s"]) for c, r in zip(n, rs, strict=True)),
+                "sngd_s": sngd,
+                "kfac_s": kfac,
+                "kfac_over_kis": kfac / kis,
+                "shapes_kfac_faster": sum(
+                    k < float(r["kis_s"]) for k, r in zip(kfac_each, rs, strict=True)
+                ),
+            }
+        )
+    return out
+
+
+def print_totals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    totals = network_totals(rows)
+    print(
+        "# whole network, one inverse update (each shape x its layers in ResNet-50; K-FAC: the "
+        "faster of inv/eig per shape)"
+    )
+    print(
+        f"# {'b':>4}{'P':>4}{'shapes':>7}{'layers':>7}{'KIS ms':>10}{'KID ms':>10}"
+        f"{'SNGD ms':>11}{'K-FAC ms':>10}{'K-FAC/KIS':>10}  shapes where K-FAC is faster"
+    )
+    for t in totals:
+        sngd = f"{1e3 * t['sngd_s']:11.1f}" if t["sngd_s"] is not None else f"{'skipped':>11}"
+        print(
+            f"# {t['b']:>4}{t['P']:>4}{t['shapes']:>7}{t['layers']:>7}{1e3 * t['kis_s']:10.1f}"
+            f"{1e3 * t['kid_s']:10.1f}{sngd}{1e3 * t['kfac_s']:10.1f}{t['kfac_over_kis']:10.1f}"
+            f"  {t['shapes_kfac_faster']} / {t['shapes']}"
+        )
+    return totals
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="largest layer only, b=32, P=1,64")
@@ -131,7 +193,16 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--sngd-max", type=int, default=4096, help="largest P*b for SNGD")
     ap.add_argument("--out", default=None, help="write all rows as JSON here")
+    ap.add_argument(
+        "--totals-from", default=None, help="print the whole-network totals of an --out file"
+    )
     args = ap.parse_args()
+    if args.totals_from:
+        with open(args.totals_from) as f:
+            saved = json.load(f)
+        print(f"# totals from {args.totals_from} (device={saved.get('device')}), nothing measured")
+        print_totals(saved["rows"])
+        return
     device = torch.device(args.device)
     shapes = resnet50_layer_shapes()
     largest = max(shapes[:-1], key=lambda s: s[1] * s[2])
@@ -187,6 +258,7 @@ def main() -> None:
                     f"{1e3 * kis_s:10.2f}{1e3 * float(row['kid_s']):10.2f}{sngd_txt}"  # type: ignore[arg-type]
                     f"{1e3 * t_inv:11.2f}{1e3 * t_eig:11.2f}{row['kis_vs_kfac']:9.1f}"
                 )
+    totals = print_totals(rows)
     # communication per inverse update, whole network (all 54 layers)
     for b in batches:
         for P in worlds:
@@ -205,7 +277,7 @@ def main() -> None:
             )
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"device": str(device), "rows": rows}, f, indent=1)
+            json.dump({"device": str(device), "rows": rows, "totals": totals}, f, indent=1)
     target = [
         r
         for r in rows

@@ -3,12 +3,16 @@
 ASAGA with a staleness bound (so results are rejected and stale tasks cancelled too) on 32 blocks
 of a small synthetic problem, through Spark, for 20 000 updates (``--quick``: 3 000). A monitor
 thread samples, every second: the live broadcasts of the history store, the driver's Python
-threads, the resident memory of the driver's Python process and of its JVM.
+threads, the resident memory of the driver's Python process and of its JVM; every tenth sample
+it also records the driver JVM's used heap after a full GC (``Runtime.gc()``) and the driver's
+Python heap after ``gc.collect()``: the bytes ``tracemalloc`` traces (started before the session,
+one frame; numpy's buffers included) and ``sys.getallocatedblocks()``.
 
 Growth is measured from the end of a warm-up (the first 10% of updates: JIT, caches and Python
 workers settle) to the end. Last line: ``RESULT soak_rss_growth_mb <growth>``, the growth of the
 resident memory of the driver (Python process + JVM, whose heap is bounded at 1 GB so that its RSS
-plateaus); the JVM heap that survives a full GC is printed too (the finer leak indicator).
+plateaus). The two heap figures are printed above it (the finer leak indicators: RSS also moves
+with the allocators' caches and the JVM's lazy heap sizing); they are not RESULT lines.
 
 Usage: python benchmarks/soak.py [--quick] [--updates N] [--partitions 32]
        python benchmarks/soak.py --smoke   # seconds: 150 updates on 4 blocks (no leak figure)
@@ -18,10 +22,12 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import os
 import sys
 import threading
 import time
+import tracemalloc
 
 from async_spark.data.dataset import open_dataset
 from async_spark.engine import AsyncEngine, build_session
@@ -44,6 +50,12 @@ def jvm_heap_used_mb(spark) -> float:
     return (rt.totalMemory() - rt.freeMemory()) / 2**20
 
 
+def python_heap() -> tuple[float, int]:
+    """The driver's Python heap after a full collection: traced MB, allocated blocks."""
+    gc.collect()
+    return tracemalloc.get_traced_memory()[0] / 2**20, sys.getallocatedblocks()
+
+
 def jvm_pid(spark) -> int:
     return int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
 
@@ -60,6 +72,7 @@ def main(argv: list[str] | None = None) -> float:
     updates = args.updates or (150 if args.smoke else 3000 if args.quick else 20000)
     P = args.partitions or (4 if args.smoke else 32)
 
+    tracemalloc.start(1)
     # A bounded driver heap: the JVM grows its heap lazily up to the bound (a quarter of the
     # machine's memory by default), which is growth but not a leak.
     spark = build_session(
@@ -77,6 +90,7 @@ def main(argv: list[str] | None = None) -> float:
 
     samples: list[tuple[float, int, int, float, float]] = []
     heap: list[tuple[int, float]] = []
+    pyheap: list[tuple[int, float, int]] = []
     stop = threading.Event()
 
     def sample() -> None:
@@ -95,6 +109,7 @@ def main(argv: list[str] | None = None) -> float:
                 heap.append((eng.version, jvm_heap_used_mb(spark)))
             except Exception as exc:  # noqa: BLE001 - a failed sample must not end the soak
                 print(f"heap sample failed: {exc}", file=sys.stderr)
+            pyheap.append((eng.version, *python_heap()))
 
     def monitor() -> None:
         while not stop.wait(1.0):
@@ -137,6 +152,7 @@ def main(argv: list[str] | None = None) -> float:
     # Leak = Python RSS growth + growth of the JVM heap that survives a full GC (the JVM's RSS
     # also grows while its heap fills up to its bound before collecting, which is not a leak).
     heap_growth = warm_heap[-1] - warm_heap[0] if len(warm_heap) >= 2 else float("nan")
+    warm_py = [p for p in pyheap if p[0] >= updates // 10] or pyheap
     growth = (end[3] + end[4]) - (start[3] + start[4])
     c = result.engine_snapshot["counts"]
     print(f"{updates} updates, {P} blocks, {elapsed:.0f} s ({updates / elapsed:.1f} updates/s)")
@@ -164,6 +180,17 @@ def main(argv: list[str] | None = None) -> float:
             f"  driver JVM heap used after GC: {warm_heap[0]:.0f} MB after warm-up -> "
             f"{warm_heap[-1]:.0f} MB at the end (samples: "
             f"{', '.join(f'{h:.0f}' for h in warm_heap)})"
+        )
+    if len(warm_py) >= 2:
+        (v0, mb0, bl0), (v1, mb1, bl1) = warm_py[0], warm_py[-1]
+        per = 1024 * (mb1 - mb0) / max(1, v1 - v0)
+        print(
+            f"  Python heap growth after gc.collect(): {mb1 - mb0:.1f} MB ({per:.2f} KB per update)"
+        )
+        print(
+            f"  driver Python heap after gc.collect() (tracemalloc): {mb0:.1f} MB at update {v0} "
+            f"-> {mb1:.1f} MB at update {v1}; allocated blocks {bl0} -> {bl1} (samples: "
+            f"{', '.join(f'{p[1]:.1f}' for p in warm_py)})"
         )
     print(f"RESULT soak_rss_growth_mb {growth:.1f}")
     return growth
