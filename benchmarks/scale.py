@@ -183,7 +183,9 @@ def run_one(
         return None
 
 
-def staleness_quantiles(hist: dict[str, int]) -> dict[str, float]:
+def staleness_quantiles(pairs: Any) -> dict[str, float]:
+    """Quantiles of a summary's staleness histogram ([staleness, count] pairs, or an object)."""
+    hist = dict(pairs.items() if isinstance(pairs, dict) else ((k, v) for k, v in pairs))
     if not hist:
         return {"mean": 0.0, "p50": 0.0, "p90": 0.0, "p99": 0.0, "max": 0.0}
     keys = np.array([int(k) for k in hist])

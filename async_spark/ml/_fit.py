@@ -332,6 +332,10 @@ def _fit_staged(
             raise FloatingPointError(
                 str(exc).replace("--step", "stepSize") + " (or set stepSize=0.0 for auto)"
             ) from None
+    except DataError as exc:  # a data error that names an option: in the Params' names
+        if exc.option is None:
+            raise
+        raise DataError(exc.render(_param_name)) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

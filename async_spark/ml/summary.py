@@ -26,7 +26,7 @@ class AsyncTrainingSummary:
         ``"max_updates"`` or ``"time_budget"``.
     stepSize : float
         The step the rule used (after ``auto``).
-    stalenessHistogram : dict of str to int
+    stalenessHistogram : dict of int to int
         Accepted results by staleness.
     trace : list of dict
         One record per update (seconds, version, staleness, block, objective or None), as
@@ -73,8 +73,9 @@ class AsyncTrainingSummary:
         return float(self._run["final_objective"])
 
     @property
-    def stalenessHistogram(self) -> dict[str, int]:
-        return dict(self._run["staleness_histogram"])
+    def stalenessHistogram(self) -> dict[int, int]:
+        """Accepted results by staleness."""
+        return {int(k): int(v) for k, v in self._run["staleness_histogram"]}
 
     def asDict(self) -> dict[str, Any]:
         """The run summary (the keys of ``summary.json``)."""

@@ -116,10 +116,31 @@ class TrainResult:
             "stopped_by": self.stopped_by,
             "mean_staleness": (sum(int(k) * v for k, v in hist.items()) / total) if total else 0.0,
             "max_staleness": max((int(k) for k in hist), default=0),
-            "staleness_histogram": {str(k): v for k, v in hist.items()},
-            "mean_task_seconds": self.engine_snapshot["mean_task_seconds"],
+            # [staleness, count] pairs in order of staleness (JSON objects sort keys as text)
+            "staleness_histogram": [[int(k), int(v)] for k, v in sorted(hist.items())],
+            "task_seconds": _task_seconds(self.engine_snapshot["blocks"]),
+            "straggler_base_seconds": self.engine_snapshot["mean_task_seconds"],
+            "transport": self.config.transport,
+            "config": self.config.as_dict(),
             **({"momentum": self.momentum} if self.momentum else {}),
         }
+
+
+def _task_seconds(blocks: list[dict[str, Any]]) -> dict[str, Any]:
+    """Measured task times (dispatch to result, seen by the driver; straggler sleep included):
+    the mean over every task, the largest block p95, and each block's mean."""
+    timed = [b for b in blocks if b.get("mean_task_seconds") is not None]
+    tasks = sum(int(b["tasks"]) for b in timed)
+    mean = (
+        sum(float(b["mean_task_seconds"]) * int(b["tasks"]) for b in timed) / tasks
+        if tasks
+        else None
+    )
+    return {
+        "mean": mean,
+        "p95": max((float(b["p95_task_seconds"]) for b in timed), default=None),
+        "per_block": [b.get("mean_task_seconds") for b in blocks],
+    }
 
 
 def build_model(config: TrainConfig, desc: DatasetDescriptor) -> LinearModel:

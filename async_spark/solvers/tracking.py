@@ -31,7 +31,7 @@ SUMMARY_METRICS = (
     "failed",
     "mean_staleness",
     "max_staleness",
-    "mean_task_seconds",
+    "straggler_base_seconds",
 )
 
 
