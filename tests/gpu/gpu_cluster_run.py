@@ -8,7 +8,10 @@ Usage: python gpu_cluster_run.py MASTER OUT_DIR [--compare]
    (OUT_DIR/pids.txt, one line per attempt) for the stray-process check;
 3. a rank that never reaches the collective: the other rank's collective times out (3 s) and
    the stage fails -- no hang;
-with --compare, also the TorchDistributor launcher on the same training and failure.
+with --compare, also the TorchDistributor launcher on the same training and failure, and the
+largest absolute difference between the two launchers' trained weights (``model.pt`` of each
+run, every tensor of the state_dict), printed as ``COMPARE max_abs_weight_difference <x>`` and in
+the JSON as ``compare_weights``.
 """
 
 from __future__ import annotations
@@ -70,6 +73,25 @@ def failing_torchdist(params, source, submitted_at):
 
     dist.all_reduce(torch.ones(1))
     return None
+
+
+def max_weight_difference(path_a: str, path_b: str) -> dict:
+    """Largest |a - b| over every tensor of two saved state_dicts (``model.pt``)."""
+    import torch
+
+    a = torch.load(os.path.join(path_a, "model.pt"), map_location="cpu")
+    b = torch.load(os.path.join(path_b, "model.pt"), map_location="cpu")
+    if sorted(a) != sorted(b):
+        return {"max_abs_diff": float("inf"), "tensors": len(a), "same_keys": False}
+    diffs = {
+        k: float((a[k].double() - b[k].double()).abs().max()) if a[k].numel() else 0.0 for k in a
+    }
+    return {
+        "max_abs_diff": max(diffs.values(), default=0.0),
+        "tensors": len(a),
+        "parameters": int(sum(t.numel() for t in a.values())),
+        "same_keys": True,
+    }
 
 
 def main(master: str, out_dir: str, compare: bool) -> None:
@@ -135,6 +157,16 @@ def main(master: str, out_dir: str, compare: bool) -> None:
                         "train_seconds": summary["wall_seconds"],
                         "test_accuracy": summary["test_accuracy"],
                     }
+            out["compare_weights"] = {
+                f"run{i}": max_weight_difference(
+                    os.path.join(out_dir, f"barrier{i}"),
+                    os.path.join(out_dir, f"torchdistributor{i}"),
+                )
+                for i in range(2)
+            }
+            worst = max(v["max_abs_diff"] for v in out["compare_weights"].values())
+            out["compare_weights"]["max_abs_diff"] = worst
+            print(f"COMPARE max_abs_weight_difference {worst!r}")
             t = time.perf_counter()
             try:
                 TorchDistributor(num_processes=2, local_mode=False, use_gpu=False).run(
