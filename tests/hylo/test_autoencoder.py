@@ -168,7 +168,7 @@ def test_auto_fields_take_the_models_defaults_and_explicit_values_win():
             assert r.lr == rec["lr"]
             r.validate()
     ae = TrainConfig(model="autoencoder", data="builtin:digits", optimizer="kis").resolved()
-    assert (ae.damping, ae.kl_clip, ae.fisher_window) == (3.0, 0.03, 10)
+    assert (ae.damping, ae.kl_clip, ae.fisher_window) == (3.0, 0.01, 10)
     r32 = TrainConfig(model="resnet32", data="synthetic").resolved()
     assert (r32.damping, r32.damping_target, r32.warmup_epochs) == (1.5, 0.1, 5)
     mine = TrainConfig(model="unet", damping=0.5, kl_clip=None, lr=0.2).resolved()
