@@ -114,7 +114,12 @@ def add_hylo_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     )
     p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
     p.add_argument("--weight-decay", type=float, default=5e-4, help="SGD weight decay")
-    p.add_argument("--warmup-epochs", type=int, default=0, help="linear learning-rate warm-up")
+    p.add_argument(
+        "--warmup-epochs",
+        type=_auto_or(int),
+        default="auto",
+        help="linear learning-rate warm-up epochs; auto: the model's default (hylo/defaults.py)",
+    )
     p.add_argument(
         "--lr-decay-epochs",
         type=_epochs,
@@ -124,8 +129,18 @@ def add_hylo_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     p.add_argument(
         "--lr-decay", type=float, default=0.1, help="factor of each --lr-decay-epochs step"
     )
-    p.add_argument("--damping", type=float, default=0.03, help="(start) damping")
-    p.add_argument("--damping-target", type=float, default=None, help="geometric decay target")
+    p.add_argument(
+        "--damping",
+        type=_auto_or(float),
+        default="auto",
+        help="(start) damping; auto: the model's and optimizer's default (hylo/defaults.py)",
+    )
+    p.add_argument(
+        "--damping-target",
+        type=_auto_or(float),
+        default="auto",
+        help="geometric decay target of the damping; auto: the model's default",
+    )
     p.add_argument("--rank-ratio", type=float, default=0.1, help="rows kept by KIS/KID")
     p.add_argument(
         "--inv-update-steps",
@@ -135,9 +150,10 @@ def add_hylo_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     )
     p.add_argument(
         "--fisher-window",
-        type=int,
-        default=1,
-        help="HyLo: kernel over the rows of the last W inverse updates; 1 is the paper's",
+        type=_auto_or(int),
+        default="auto",
+        help="HyLo: kernel over the rows of the last W inverse updates (1 is the paper's); "
+        "auto: the model's default",
     )
     p.add_argument(
         "--factor-decay",
@@ -165,13 +181,28 @@ def add_hylo_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
         help="hybrid: relative gradient-norm change above which a layer uses KID",
     )
     p.add_argument(
-        "--kl-clip", type=float, default=1e-3, help="KL clipping of the preconditioned step"
+        "--kl-clip",
+        type=_auto_or(float),
+        default="auto",
+        help="KL clipping of the preconditioned step; auto: the model's default",
     )
     p.add_argument("--n-train", type=int, default=1024, help="synthetic training size")
     p.add_argument("--n-test", type=int, default=512, help="synthetic test size")
     p.add_argument("--threads", type=int, default=1, help="torch threads per process")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds for --workers > 1")
     return p
+
+
+def _auto_or(kind: Any) -> Any:
+    """An argument type: "auto" (the model's default, hylo/defaults.py) or a ``kind`` value."""
+
+    def parse(text: str) -> Any:
+        if text.strip().lower() == "auto":
+            return "auto"
+        return kind(text)
+
+    parse.__name__ = getattr(kind, "__name__", "value")
+    return parse
 
 
 def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
