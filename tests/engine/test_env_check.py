@@ -184,7 +184,10 @@ def test_executors_without_the_project_fail_fast_with_the_fix(standalone, tmp_pa
     assert "spark.pyspark.python" in err and "scripts/pack-env.sh" in err, err
     assert "--archives env.tar.gz#env" in err, err
     print(f"failed in {out['run_seconds']:.1f} s after the executor registered")
-    assert out["run_seconds"] <= 10.0, out  # from when the application has its executor
+    # From when the application has its executor: 1-7 s on a quiet machine, 13 s seen under load
+    # 15; without the check Spark's retries fail only after ~20 s, so 18 s still tells them apart
+    # without making a loaded CI machine flaky (the figure itself is a measurement, not a test).
+    assert out["run_seconds"] <= 18.0, out
 
 
 @pytest.fixture(scope="module")
