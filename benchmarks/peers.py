@@ -411,6 +411,12 @@ def parse_ours(text: str) -> list[str]:
 def main(argv: list[str] | None = None) -> float:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="short run (under ~3 minutes)")
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="seconds: tiny data on local[2], one MLlib step, a loose target (the numbers are not "
+        "figures; the test suite checks the RESULT lines)",
+    )
     ap.add_argument("--master", default="local-cluster[2,1,1024]")
     ap.add_argument("--data", choices=("dense", "synthetic"), default="dense")
     ap.add_argument("--n", type=int, default=None)
@@ -433,6 +439,14 @@ def main(argv: list[str] | None = None) -> float:
     ap.add_argument("--period", type=float, default=0.1)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.quick = True
+        args.master = "local[2]"
+        args.n, args.d, args.target = args.n or 4000, args.d or 20, 1e-1
+        args.budget = args.budget or 3.0
+        args.mllib_steps = args.mllib_steps or [8.0]
+        if args.ours == ",".join(OURS):
+            args.ours = "asaga"
     q = args.quick
     if args.data == "dense":
         args.n = args.n or (100_000 if q else 400_000)
@@ -441,8 +455,8 @@ def main(argv: list[str] | None = None) -> float:
         args.n = args.n or (100_000 if q else 200_000)
         args.d = args.d or 10_000
     budget = args.budget or (8.0 if q else 20.0)
-    peer_budget = 15.0 if q else 40.0  # one fit longer than this ends a peer's sweep
-    bisect = 2 if q else 4
+    peer_budget = 5.0 if args.smoke else 15.0 if q else 40.0  # a fit longer ends a peer's sweep
+    bisect = 1 if args.smoke else 2 if q else 4
     mllib_steps = args.mllib_steps or ([8.0] if q else [2.0, 8.0, 32.0])
     P = args.partitions
     ours = parse_ours(args.ours)
@@ -476,7 +490,6 @@ def main(argv: list[str] | None = None) -> float:
             (X, y), P, loss="logistic", staging_dir=os.path.join(tmp, "stage"), dense=None
         )
         spark = spark_session(args.master, "peers", {"spark.sql.shuffle.partitions": str(P)})
-        sc = spark.sparkContext
         df, rdd = spark_data(spark, X, y, P, tmp)
         print(f"session and data ready ({time.perf_counter() - t0:.0f}s)", flush=True)
         ml_gap = bench.ml_converged_gap(df)
@@ -498,24 +511,10 @@ def main(argv: list[str] | None = None) -> float:
         results["mllib"] = bench.mllib_sgd(rdd, step, peer_budget, bisect)
         print(f"unthrottled done ({time.perf_counter() - t0:.0f}s)", flush=True)
 
-        execs = executor_pids(sc.applicationId)
-        if not execs:
-            raise RuntimeError("no executor JVM of this application found (is this a cluster?)")
-        victim_id = sorted(execs)[0]
-        throttle = Throttle(execs[victim_id], duty=args.duty, period=args.period).start()
-        print(
-            f"throttling executor {victim_id} (pid {execs[victim_id]}) and its Python workers: "
-            f"{args.duty:.0%} duty at {args.period * 1e3:.0f} ms; executors {execs}",
-            flush=True,
-        )
-        for m in ours:
-            throttled[m] = bench.ours(spark, ds, m, budget * 1.5)
-            print(f"  {m}: {fmt_s(throttled[m]['seconds'], budget * 1.5)} s", flush=True)
-        throttled["ml"] = bench.ml_lbfgs(df, peer_budget, bisect)
-        if not q:
-            throttled["mllib"] = bench.mllib_sgd(rdd, step, peer_budget, bisect)
-        throttle.stop()
-        print(f"throttle stopped after {throttle.cycles} cycles", flush=True)
+        if not args.smoke:  # the throttled executor needs a cluster; smoke runs local[2]
+            throttle = throttled_runs(
+                args, bench, spark, ds, df, rdd, ours, budget, step, throttled
+            )
     finally:
         if throttle is not None:
             throttle.stop()
@@ -543,7 +542,7 @@ def main(argv: list[str] | None = None) -> float:
 
     print()
     mllib = results["mllib"]
-    ml_t = throttled["ml"].seconds
+    ml_t = throttled["ml"].seconds if "ml" in throttled else None
 
     def vs_mllib(t: float | None) -> tuple[float, str]:
         if t is None:
@@ -560,7 +559,7 @@ def main(argv: list[str] | None = None) -> float:
             line += f"; vs scikit-learn saga on one core: {sk.seconds / t:.3f}x"
         if t is not None and results["ml"].seconds is not None:
             line += f"; vs pyspark.ml L-BFGS: {results['ml'].seconds / t:.2f}x"
-        thr = throttled[m]["seconds"]
+        thr = throttled[m]["seconds"] if m in throttled else None
         if thr is not None and ml_t is not None:
             line += f"; throttled: {thr:.2f}s vs L-BFGS {ml_t:.2f}s ({'first' if thr < ml_t else 'later'})"
         print(line)
@@ -571,7 +570,7 @@ def main(argv: list[str] | None = None) -> float:
         f"fastest of ours: {best}, {best_x:.2f}x MLlib SGD "
         f"(target >= 3x: {'met' if best_x >= 3 else 'NOT met'})"
     )
-    thr_reached = [m for m in ours if throttled[m]["seconds"] is not None]
+    thr_reached = [m for m in ours if m in throttled and throttled[m]["seconds"] is not None]
     if thr_reached and ml_t is not None:
         first = min(thr_reached, key=lambda m: throttled[m]["seconds"])
         t = throttled[first]["seconds"]
@@ -583,6 +582,43 @@ def main(argv: list[str] | None = None) -> float:
     print(f"RESULT asaga_vs_mllib_sgd_speedup {speedup:.3f}")
     print(f"RESULT ours_best_vs_mllib_sgd_speedup {best_x:.3f}")
     return best_x
+
+
+def throttled_runs(
+    args: Any,
+    bench: Any,
+    spark: Any,
+    ds: Any,
+    df: Any,
+    rdd: Any,
+    ours: list[str],
+    budget: float,
+    step: float,
+    throttled: dict[str, Any],
+) -> Any:
+    """The runs under one throttled executor (SIGSTOP/SIGCONT duty cycle); fills ``throttled``."""
+    q, peer_budget, bisect = args.quick, 15.0 if args.quick else 40.0, 2 if args.quick else 4
+    execs = executor_pids(spark.sparkContext.applicationId)
+    if not execs:
+        raise RuntimeError("no executor JVM of this application found (is this a cluster?)")
+    victim_id = sorted(execs)[0]
+    throttle = Throttle(execs[victim_id], duty=args.duty, period=args.period).start()
+    try:  # an executor must never stay stopped, whatever fails
+        print(
+            f"throttling executor {victim_id} (pid {execs[victim_id]}) and its Python workers: "
+            f"{args.duty:.0%} duty at {args.period * 1e3:.0f} ms; executors {execs}",
+            flush=True,
+        )
+        for m in ours:
+            throttled[m] = bench.ours(spark, ds, m, budget * 1.5)
+            print(f"  {m}: {fmt_s(throttled[m]['seconds'], budget * 1.5)} s", flush=True)
+        throttled["ml"] = bench.ml_lbfgs(df, peer_budget, bisect)
+        if not q:
+            throttled["mllib"] = bench.mllib_sgd(rdd, step, peer_budget, bisect)
+    finally:
+        throttle.stop()
+    print(f"throttle stopped after {throttle.cycles} cycles", flush=True)
+    return throttle
 
 
 def spark_data(spark: Any, X: Any, y: np.ndarray, P: int, tmp: str) -> tuple[Any, Any]:

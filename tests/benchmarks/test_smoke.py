@@ -1,7 +1,7 @@
 """Every benchmark's ``--smoke`` mode, each in its own process: it must exit 0 and print its
 RESULT lines, in order, each with a finite number (smoke sizes: the numbers are not figures).
 
-``peers.py`` is covered elsewhere; ``plot_scale.py`` (no RESULT: it
+``plot_scale.py`` (no RESULT: it
 draws ``scale.py --json`` output) runs on the scale smoke's JSON. ``gpu_check.py`` without CUDA
 must say so and exit 3; with CUDA its smoke must pass.
 """
@@ -21,7 +21,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks"
-NOT_HERE = {"_common.py", "peers.py", "plot_scale.py"}
+NOT_HERE = {"_common.py", "plot_scale.py"}
 
 # script -> (RESULT names in order, what it needs: "spark", "torch", "mnist1d", "asdl")
 SMOKES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -36,6 +36,10 @@ SMOKES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     ),
     "transport_race.py": (("resident_vs_jobs_updates_asaga",), ("spark",)),
     "fit_race.py": (("async_fit_vs_lbfgs_fit_seconds",), ("spark", "sklearn")),
+    "peers.py": (
+        ("asaga_vs_mllib_sgd_speedup", "ours_best_vs_mllib_sgd_speedup"),
+        ("spark", "sklearn"),
+    ),
     "data_path.py": (("data_path_overhead_ratio_largest",), ("spark",)),
     "emulator_validation.py": (("emulator_validation_max_error",), ("spark",)),
     "momentum_engine.py": (("ag_vs_sgd_updates_sync",), ("spark", "sklearn")),
