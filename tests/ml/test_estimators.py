@@ -70,7 +70,9 @@ def pipeline_model(cancer):
     pipe = Pipeline(
         stages=[
             VectorAssembler(inputCols=COLS, outputCol="features"),
-            AsyncLogisticRegression(regParam=0.01, maxUpdates=120, **FAST),
+            # 2000 updates: a fraction of a second on resident tasks, converged whatever the
+            # order results arrive in (120 gave 0.947-0.96 accuracy depending on the schedule)
+            AsyncLogisticRegression(regParam=0.01, maxUpdates=2000, **FAST),
         ]
     )
     return pipe, pipe.fit(train)
@@ -101,7 +103,7 @@ def test_fit_transform_columns_and_summary(fitted, assembled):
     assert fitted.coefficientMatrix.toArray().shape == (1, 30)
     np.testing.assert_allclose(fitted.coefficients.toArray(), fitted.coefficientMatrix.toArray()[0])
     s = fitted.summary
-    assert s.totalUpdates == 120 and s.stoppedBy == "max_updates"
+    assert s.totalUpdates == 2000 and s.stoppedBy == "max_updates"
     assert len(s.objectiveHistory) >= 2 and s.objectiveHistory[-1] < s.objectiveHistory[0]
     assert [r["seconds"] for r in s.trajectory] == sorted(r["seconds"] for r in s.trajectory)
     assert list(s.toPandas().columns) == ["seconds", "updates", "objective"]
@@ -121,8 +123,8 @@ def test_parity_with_pyspark_logistic_regression(fitted, assembled):
     assert agree >= 0.97
     p_ours = np.array([r.probability[1] for r in ours])
     p_theirs = np.array([r.probability[1] for r in theirs])
-    # 120 asynchronous updates: the order of results (so the last digits of the fit) varies with
-    # the machine's load; measured here: mean 0.013-0.014, p95 0.062-0.065, max 0.115-0.159
+    # asynchronous updates: the order of results (so the last digits of the fit) varies with
+    # the machine's load
     d = np.abs(p_ours - p_theirs)
     assert d.mean() < 0.03 and np.quantile(d, 0.95) < 0.1 and d.max() < 0.3
     # coefficients on the standardized scale (where the penalty acts) are close
@@ -143,7 +145,7 @@ def test_pipeline_save_load_roundtrip(pipeline_model, cancer, tmp_path):
     acc = MulticlassClassificationEvaluator(metricName="accuracy").evaluate(model.transform(test))
     assert acc >= 0.95
     pipe.write().save(str(tmp_path / "pipe"))
-    assert Pipeline.load(str(tmp_path / "pipe")).getStages()[1].getMaxUpdates() == 120
+    assert Pipeline.load(str(tmp_path / "pipe")).getStages()[1].getMaxUpdates() == 2000
     model.write().overwrite().save(str(tmp_path / "model"))
     loaded = PipelineModel.load(str(tmp_path / "model"))
     stage = loaded.stages[1]
