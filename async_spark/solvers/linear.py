@@ -176,8 +176,9 @@ def _start(engine: Any, rebuild: Any, spark: Any, config: TrainConfig) -> Any:
         engine.start()
         return engine
     except Exception as exc:  # noqa: BLE001 - any failure to start resident tasks falls back
-        transport = getattr(engine, "transport", None)
-        if type(transport).__name__ != "ResidentTransport":
+        from async_spark.engine.resident import ResidentTransport
+
+        if not isinstance(getattr(engine, "transport", None), ResidentTransport):
             raise
         engine.close()
         reason = " ".join(str(exc).split())[:300]

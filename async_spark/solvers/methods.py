@@ -165,6 +165,18 @@ def _step_rule(default: str, problem: Problem, setup: Setup, gamma: float) -> An
     return make_step_rule(setup.step_rule or default, gamma, num_blocks=num_blocks)
 
 
+def _sgd_like(make: Callable[..., Rule], problem: Problem, setup: Setup, step: StepChoice) -> Rule:
+    """An SGD-shaped rule (``sgd``, ``dcasgd``) with the ``sqrt`` step rule by default."""
+    desc = problem.desc
+    return make(
+        problem.model,
+        n=desc.n,
+        num_blocks=desc.num_blocks,
+        batch_fraction=setup.batch_fraction,
+        step=_step_rule("sqrt", problem, setup, step.gamma),
+    )
+
+
 class _GradientMessages:
     """Families whose task returns a gradient sum and whose message is an SGDMessage."""
 
@@ -193,14 +205,7 @@ class SGDFamily(_GradientMessages):
         return StepChoice(_safe_step("sgd", problem, setup))
 
     def build_rule(self, problem: Problem, setup: Setup, step: StepChoice) -> Rule:
-        desc = problem.desc
-        return sgd(
-            problem.model,
-            n=desc.n,
-            num_blocks=desc.num_blocks,
-            batch_fraction=setup.batch_fraction,
-            step=_step_rule("sqrt", problem, setup, step.gamma),
-        )
+        return _sgd_like(sgd, problem, setup, step)
 
 
 class _SAGAMemo(NamedTuple):
@@ -287,14 +292,7 @@ class DCASGDFamily:
         return StepChoice(_safe_step("sgd", problem, setup))
 
     def build_rule(self, problem: Problem, setup: Setup, step: StepChoice) -> Rule:
-        desc = problem.desc
-        return dcasgd(
-            problem.model,
-            n=desc.n,
-            num_blocks=desc.num_blocks,
-            batch_fraction=setup.batch_fraction,
-            step=_step_rule("sqrt", problem, setup, step.gamma),
-        )
+        return _sgd_like(dcasgd, problem, setup, step)
 
     def at_dispatch(self, dispatch: Dispatch) -> tuple[np.ndarray | None, Any]:
         return None, dispatch.model_of(dispatch.ticket.version)
