@@ -203,16 +203,17 @@ def test_multinomial_and_linear_regression(spark, tmp_path):
     df = spark.createDataFrame(
         [(Vectors.dense(x), float(t)) for x, t in zip(X, y, strict=True)], ["features", "label"]
     )
-    m = AsyncLogisticRegression(regParam=0.01, maxUpdates=60, **{**FAST, "batchFraction": 1.0}).fit(
-        df
-    )
+    # 300 updates: with 60 the accuracy was 0.89-0.92 depending on the order results arrived
+    m = AsyncLogisticRegression(
+        regParam=0.01, maxUpdates=300, **{**FAST, "batchFraction": 1.0}
+    ).fit(df)
     assert m.isMultinomial and m.numClasses == 3
     assert m.coefficientMatrix.toArray().shape == (3, 4) and len(m.interceptVector) == 3
     with pytest.raises(RuntimeError, match="coefficientMatrix"):
         m.coefficients  # noqa: B018
     out = m.transform(df)
     acc = MulticlassClassificationEvaluator(metricName="accuracy").evaluate(out)
-    assert acc >= 0.9
+    assert acc >= 0.93  # 0.953 in every run seen; scikit-learn's LogisticRegression gets 0.97
     first = out.select("features", "probability", "prediction").first()
     assert len(first.probability) == 3
     np.testing.assert_allclose(m.predictProbability(first.features), first.probability)
@@ -226,7 +227,7 @@ def test_multinomial_and_linear_regression(spark, tmp_path):
         [(Vectors.dense(x[:3]), float(x[3])) for x in X], ["features", "label"]
     )
     reg = AsyncLinearRegression(
-        maxUpdates=60, **{**FAST, "stepSize": 0.1, "batchFraction": 1.0}
+        maxUpdates=300, **{**FAST, "stepSize": 0.1, "batchFraction": 1.0}
     ).fit(reg_df)
     A = np.hstack([X[:, :3], np.ones((len(X), 1))])
     coef, *_ = np.linalg.lstsq(A, X[:, 3], rcond=None)

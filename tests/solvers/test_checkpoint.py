@@ -242,7 +242,8 @@ def test_sigterm_stops_cleanly_with_exit_143_and_a_final_checkpoint(tmp_path):
 def test_resumed_asynchronous_run_ends_where_uninterrupted_runs_end(tmp_path, cancer):
     """Asynchronous runs differ run to run (thread timing), so a resumed one is compared with
     the spread of uninterrupted ones, while the objective still falls clearly: a resume that
-    lost its state would end where the runs stood at the cut, a full gap away."""
+    lost its state would end where the runs stood at the cut, a full gap away. The cut comes at
+    10 of 40 updates so the gap is many spreads wide (6-20 seen on a loaded machine)."""
 
     def final(out, updates, resume=None):
         cfg = _cfg(
@@ -255,10 +256,10 @@ def test_resumed_asynchronous_run_ends_where_uninterrupted_runs_end(tmp_path, ca
         )
         return train_linear(cfg, dataset=cancer, resume=resume).final_objective
 
-    at_cut = np.array([final(tmp_path / f"c{i}", 20) for i in range(5)])
-    runs = np.array([final(tmp_path / f"u{i}", 40) for i in range(5)])
-    final(tmp_path / "cut", 20)
+    at_cut = np.array([final(tmp_path / f"c{i}", 10) for i in range(8)])
+    runs = np.array([final(tmp_path / f"u{i}", 40) for i in range(8)])
+    final(tmp_path / "cut", 10)
     resumed = final(tmp_path / "cut", 40, resume=load_latest(tmp_path / "cut"))
     gap = at_cut.mean() - runs.mean()
-    assert gap > 6 * max(at_cut.std(ddof=1), runs.std(ddof=1)), (at_cut, runs)
+    assert gap > 4 * max(at_cut.std(ddof=1), runs.std(ddof=1)), (at_cut, runs)
     assert abs(resumed - runs.mean()) <= 0.5 * gap, (resumed, runs, at_cut)
