@@ -16,7 +16,7 @@ if [ ! -f "$stamp" ]; then
   # torch first, pinned to the CPU build (an unpinned torch pulls a multi-GB CUDA build, and
   # asdfghjkl asks for an unpinned torch); then the project with its extras.
   "$PY" -m pip install -q "torch==2.13.0"
-  "$PY" -m pip install -q -e ".[dev,hylo,data]"
+  "$PY" -m pip install -q -e ".[dev,hylo,data,connect]"
   rm -f .venv/.installed-*; touch "$stamp"
 fi
 export PY
