@@ -50,6 +50,14 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         help="train on columns scaled to unit variance (dense data also centered), as pyspark.ml "
         "does; model.npz holds the weights for the raw columns either way",
     )
+    p.add_argument(
+        "--penalty-on",
+        default="standardized",
+        help="standardized | original: with --standardize, penalize the weights of the "
+        "standardized columns (as pyspark.ml, glmnet, and scikit-learn after StandardScaler) or "
+        "of the original columns (scaling is then a preconditioner only: the minimizer is the "
+        "raw problem's, as pyspark.ml's standardization=false)",
+    )
     p.add_argument("--loss", default="logistic", help="logistic | squares | softmax")
     from async_spark.solvers.config import LINEAR_METHODS
 
@@ -241,6 +249,7 @@ def train_configs(args: argparse.Namespace) -> list[Any]:
             format=args.format,
             num_features=args.num_features,
             standardize=args.standardize,
+            penalty_on=args.penalty_on,
             loss=args.loss,
             method=method,
             l2=args.l2,

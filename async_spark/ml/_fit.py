@@ -307,7 +307,7 @@ def _fit_staged(
             path,
             P,
             format="parquet",
-            standardize=params.getStandardization(),
+            standardize=True,  # always scaled; the penalty follows standardization
             loss=None,
             dense=dense,
             num_features=d,

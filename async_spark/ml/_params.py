@@ -183,8 +183,11 @@ class _AsyncLinearParams(_PredictorParams, HasRegParam, HasElasticNetParam, HasS
 
     with :math:`\\lambda` = ``regParam`` and :math:`\\alpha` = ``elasticNetParam`` — the
     pyspark.ml / glmnet parametrization, i.e. ``l2 = regParam·(1−α)`` and ``l1 = regParam·α`` for
-    the solvers. With ``standardization`` the problem is solved (and penalized) on features scaled
-    to unit variance and the coefficients are returned on the original scale, as pyspark.ml does.
+    the solvers. As in pyspark.ml the features are always scaled to unit variance for training
+    and the coefficients are returned on the original scale; ``standardization`` says which
+    weights the penalty acts on: the scaled columns' (True, the default) or the original
+    columns' (False: scaling is then a preconditioner only and the minimizer is the raw
+    problem's).
 
     ``regParam``, ``elasticNetParam`` and ``standardization`` come from pyspark's shared mixins
     (``HasRegParam``, ``HasElasticNetParam``, ``HasStandardization``: same names, meanings,
@@ -425,6 +428,10 @@ class _AsyncLinearParams(_PredictorParams, HasRegParam, HasElasticNetParam, HasS
             method=method,
             l2=lam * (1.0 - alpha),
             l1=lam * alpha,
+            # as pyspark.ml: the columns are always scaled for training; standardization says
+            # whether the penalty acts on the scaled or on the original columns' weights
+            standardize=True,
+            penalty_on="standardized" if self.getStandardization() else "original",
             step="auto" if step == 0.0 else step,
             momentum=momentum,
             batch_fraction=self.getBatchFraction(),

@@ -19,12 +19,14 @@ from async_spark.models.linear import (
     max_squared_row_norm,
     objective,
     pack_params,
-    prox_l1,
+    penalty_gradient,
+    prox_penalty,
     regularizer,
     regularizer_gradient,
     sample_scalars,
     sample_smoothness,
     split_params,
+    uniform_l2,
 )
 
 __all__ = [
@@ -43,7 +45,9 @@ __all__ = [
     "gradient_from_scalars",
     "regularizer",
     "regularizer_gradient",
-    "prox_l1",
+    "penalty_gradient",
+    "uniform_l2",
+    "prox_penalty",
     "objective",
     "full_gradient",
     "max_squared_row_norm",

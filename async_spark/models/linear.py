@@ -7,7 +7,11 @@ Objective (reported everywhere)
     F(\theta) = \frac1n \sum_{i=1}^n f_i(\theta) + \frac{\lambda_2}{2}\|W\|_F^2 + \lambda_1 \|W\|_1,
     \qquad f_i(\theta) = \ell(W x_i + b,\; y_i),
 
-with the intercept :math:`b` unpenalized. Losses :math:`\ell(z, y)`:
+with the intercept :math:`b` unpenalized. With ``penalty_scale`` :math:`s` the penalty acts on
+:math:`W / s` column by column instead: a model trained on columns divided by :math:`s` (the
+standardized features) then solves the problem penalized on the *original* columns, so scaling is
+a preconditioner only and does not change the minimizer (pyspark.ml does the same with
+``standardization=False``). Losses :math:`\ell(z, y)`:
 
 - ``logistic`` (y in {0, 1}): :math:`\log(1 + e^{z}) - y z`, derivative :math:`\sigma(z) - y`;
 - ``squares`` (y real): :math:`\tfrac12 (z - y)^2`, derivative :math:`z - y`;
@@ -33,6 +37,7 @@ dispatch; ``_xw`` / ``_xt_r`` are the dense and CSR kernels (float64).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -75,7 +80,9 @@ __all__ = [
     "gradient_from_scalars",
     "regularizer",
     "regularizer_gradient",
-    "prox_l1",
+    "penalty_gradient",
+    "uniform_l2",
+    "prox_penalty",
     "objective",
     "full_gradient",
     "max_squared_row_norm",
@@ -115,6 +122,11 @@ class LinearModel:
     l2, l1 : float >= 0
         Penalties :math:`\\tfrac{\\lambda_2}{2}\\|W\\|^2 + \\lambda_1\\|W\\|_1` (not on ``b``).
     fit_intercept : bool
+    penalty_scale : sequence of d floats > 0, optional
+        The penalty acts on :math:`W_{kj} / s_j`: :math:`\\tfrac{\\lambda_2}{2}\\sum (W_{kj}/s_j)^2
+        + \\lambda_1 \\sum |W_{kj}|/s_j`. Set it to the standardization's scale when the features
+        were divided by it, to penalize the weights of the original columns. Stored as a tuple
+        (so models compare and hash); the rules read it as arrays, see :func:`prox_penalty`.
     """
 
     loss: str
@@ -123,6 +135,7 @@ class LinearModel:
     l2: float = 0.0
     l1: float = 0.0
     fit_intercept: bool = True
+    penalty_scale: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.loss not in LOSSES:
@@ -142,6 +155,19 @@ class LinearModel:
         object.__setattr__(self, "l1", _nonneg("l1", self.l1))
         if not isinstance(self.fit_intercept, bool):
             raise ValueError(f"fit_intercept must be True or False, got {self.fit_intercept!r}")
+        if self.penalty_scale is not None:
+            scale = np.asarray(self.penalty_scale, dtype=np.float64)
+            if scale.shape != (d,) or not np.all(np.isfinite(scale)) or np.any(scale <= 0):
+                raise ValueError(
+                    f"penalty_scale must be {d} finite numbers > 0 (one per feature), got shape "
+                    f"{scale.shape}"
+                )
+            object.__setattr__(self, "penalty_scale", tuple(scale.tolist()))
+
+    @functools.cached_property
+    def _inverse_scale(self) -> np.ndarray | None:
+        """:math:`1/s` as an array (cached: the rules ask on every update)."""
+        return None if self.penalty_scale is None else 1.0 / np.asarray(self.penalty_scale)
 
     @property
     def outputs(self) -> int:
@@ -337,31 +363,68 @@ def block_gradient_sum(
 # --- regularizer --------------------------------------------------------------------------------
 
 
+def uniform_l2(model: LinearModel) -> float:
+    r"""The part of the :math:`\ell_2` penalty the rules apply by gradient steps:
+    :math:`\lambda_2 \min_j s_j^{-2}` (:math:`\lambda_2` without ``penalty_scale``).
+
+    It is the strong convexity the penalty guarantees and the penalty's share of the smoothness
+    that step sizes count; the rest, :math:`\lambda_2 (s_j^{-2} - \min_j s_j^{-2})` per column,
+    is applied exactly by :func:`prox_penalty`, so heavily penalized columns (tiny :math:`s_j`)
+    do not force a tiny step."""
+    inv = model._inverse_scale
+    return model.l2 if inv is None else model.l2 * float(np.min(inv) ** 2)
+
+
 def regularizer(model: LinearModel, theta: np.ndarray) -> float:
-    r""":math:`\tfrac{\lambda_2}{2}\|W\|^2 + \lambda_1\|W\|_1` (intercept excluded)."""
+    r""":math:`\tfrac{\lambda_2}{2}\|W/s\|^2 + \lambda_1\|W/s\|_1` (intercept excluded;
+    :math:`s = 1` without ``penalty_scale``)."""
     W, _ = _wb(model, _check_theta(model, theta))
+    if model._inverse_scale is not None:
+        W = W * model._inverse_scale
     return float(0.5 * model.l2 * np.dot(W.ravel(), W.ravel()) + model.l1 * np.abs(W).sum())
 
 
 def regularizer_gradient(model: LinearModel, theta: np.ndarray) -> np.ndarray:
-    r"""Gradient of the smooth part :math:`\lambda_2 W` (zeros on the intercept)."""
+    r"""Gradient of the penalty's part that the rules take by gradient steps,
+    :math:`\lambda_u W` with :math:`\lambda_u` = :func:`uniform_l2` (zeros on the intercept);
+    :func:`prox_penalty` applies the rest."""
     theta = _check_theta(model, theta)
-    g = model.l2 * theta
+    g = uniform_l2(model) * theta
     g[model.outputs * model.num_features :] = 0.0
     return g
 
 
-def prox_l1(model: LinearModel, theta: np.ndarray, step: float) -> np.ndarray:
-    r"""Proximal map of :math:`\gamma\lambda_1\|W\|_1`: soft thresholding of the weights,
-    :math:`\operatorname{sign}(w)\max(|w| - \gamma\lambda_1, 0)`; the intercept is unchanged.
-    Returns ``theta`` itself when ``l1 == 0``."""
-    if model.l1 == 0.0:
+def penalty_gradient(model: LinearModel, theta: np.ndarray) -> np.ndarray:
+    r"""Gradient of the whole :math:`\ell_2` penalty, :math:`\lambda_2 W / s^2` (zeros on the
+    intercept): what a solver that takes no prox (L-BFGS) adds to the loss's gradient."""
+    theta = _check_theta(model, theta)
+    if model._inverse_scale is None:
+        return regularizer_gradient(model, theta)
+    W, _ = _wb(model, theta)
+    g = np.zeros_like(theta)
+    g[: W.size] = (model.l2 * W * model._inverse_scale**2).ravel()
+    return g
+
+
+def prox_penalty(model: LinearModel, theta: np.ndarray, step: float) -> np.ndarray:
+    r"""Proximal map of :math:`\gamma` times the penalty not taken by :func:`regularizer_gradient`:
+    per weight, :math:`\operatorname{sign}(w)\max(|w| - \gamma\lambda_1/s_j, 0) /
+    (1 + \gamma\lambda_2 (s_j^{-2} - \min_j s_j^{-2}))` — soft thresholding, then the exact
+    shrinkage of the extra :math:`\ell_2`; the intercept is unchanged. Without ``penalty_scale``
+    this is plain soft thresholding by :math:`\gamma\lambda_1`; returns ``theta`` itself when
+    there is nothing to apply."""
+    inv = model._inverse_scale
+    if model.l1 == 0.0 and (inv is None or model.l2 == 0.0):
         return theta
-    t = step * model.l1
     out = np.array(theta, dtype=np.float64)
     m = model.outputs * model.num_features
-    w = out[:m]
-    out[:m] = np.sign(w) * np.maximum(np.abs(w) - t, 0.0)
+    W = out[:m].reshape(model.outputs, model.num_features)
+    if model.l1 != 0.0:
+        t = step * model.l1 if inv is None else step * model.l1 * inv
+        W = np.sign(W) * np.maximum(np.abs(W) - t, 0.0)
+    if inv is not None and model.l2 != 0.0:
+        W = W / (1.0 + step * model.l2 * (inv**2 - np.min(inv) ** 2))
+    out[:m] = W.ravel()
     return out
 
 
@@ -380,7 +443,7 @@ def objective(model: LinearModel, theta: np.ndarray, blocks: Iterable[Block]) ->
 
 
 def full_gradient(model: LinearModel, theta: np.ndarray, blocks: Iterable[Block]) -> np.ndarray:
-    r"""Gradient of the smooth part :math:`\frac1n\sum_i\nabla f_i(\theta) + \lambda_2 W`
+    r"""Gradient of the smooth part :math:`\frac1n\sum_i\nabla f_i(\theta) + \lambda_2 W/s^2`
     (the :math:`\ell_1` term is left to a prox)."""
     g = np.zeros(model.num_params)
     n = 0
@@ -389,7 +452,7 @@ def full_gradient(model: LinearModel, theta: np.ndarray, blocks: Iterable[Block]
         n += blk.rows
     if n == 0:
         raise ValueError("full_gradient needs at least one row")
-    return g / n + regularizer_gradient(model, theta)
+    return g / n + penalty_gradient(model, theta)
 
 
 def max_squared_row_norm(blocks: Iterable[Block]) -> float:

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from async_spark.models.linear import LinearModel, prox_l1, regularizer_gradient
+from async_spark.models.linear import LinearModel, prox_penalty, regularizer_gradient
 from async_spark.optim._validate import check_fraction, check_nonnegative, check_problem_size
 from async_spark.optim.steps import StepRule, as_step_rule
 
@@ -80,7 +80,9 @@ class DCASGD:
         compensated = g + self.compensation * g * g * (params - message.stale_params)
         gamma = float(self.step(state.step, message.staleness))
         direction = compensated + regularizer_gradient(self.model, params)
-        return prox_l1(self.model, params - gamma * direction, gamma), DCASGDState(state.step + 1)
+        return prox_penalty(self.model, params - gamma * direction, gamma), DCASGDState(
+            state.step + 1
+        )
 
 
 def dcasgd(

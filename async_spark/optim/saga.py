@@ -39,7 +39,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from async_spark.models.linear import LinearModel, prox_l1, regularizer_gradient
+from async_spark.models.linear import LinearModel, prox_penalty, regularizer_gradient
 from async_spark.optim._validate import check_fraction, check_problem_size
 from async_spark.optim.steps import StepRule, as_step_rule
 
@@ -75,7 +75,7 @@ class SAGAMessage(NamedTuple):
 
 
 class SAGAState(NamedTuple):
-    """``step`` (updates applied), ``table`` (one (rows,) or (rows, K) array of scalars per
+    r"""``step`` (updates applied), ``table`` (one (rows,) or (rows, K) array of scalars per
     block) and ``avg`` :math:`\bar\alpha`."""
 
     step: int
@@ -162,7 +162,7 @@ class SAGA:
         m = message.num_tasks * self.batch_fraction * n / self.num_blocks
         gamma = float(self.step(state.step, message.staleness))
         direction = delta / m + state.avg + regularizer_gradient(self.model, params)
-        new_params = prox_l1(self.model, params - gamma * direction, gamma)
+        new_params = prox_penalty(self.model, params - gamma * direction, gamma)
         avg = state.avg + delta / n
         return new_params, SAGAState(state.step + 1, tuple(table), avg)
 

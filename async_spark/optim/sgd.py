@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from async_spark.models.linear import LinearModel, prox_l1, regularizer_gradient
+from async_spark.models.linear import LinearModel, prox_penalty, regularizer_gradient
 from async_spark.optim._validate import check_fraction, check_problem_size
 from async_spark.optim.steps import StepRule, as_step_rule
 
@@ -94,7 +94,7 @@ class SGD:
         m = message.num_tasks * self.batch_fraction * self.n / self.num_blocks
         gamma = float(self.step(state.step, message.staleness))
         direction = np.asarray(message.grad_sum) / m + regularizer_gradient(self.model, params)
-        new = prox_l1(self.model, params - gamma * direction, gamma)
+        new = prox_penalty(self.model, params - gamma * direction, gamma)
         return new, SGDState(state.step + 1)
 
 

@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from async_spark.models.linear import LOSS_CURVATURE, LinearModel, sample_smoothness
+from async_spark.models.linear import LOSS_CURVATURE, LinearModel, sample_smoothness, uniform_l2
 
 __all__ = [
     "StepRule",
@@ -160,10 +160,10 @@ def auto_step(
     Staleness is not accounted for; an asynchronous run may combine this with
     :class:`StalenessScaledStep`.
     """
-    L = sample_smoothness(model, max_row_norm_sq) + model.l2
+    L = sample_smoothness(model, max_row_norm_sq) + uniform_l2(model)
     if n is not None and batch is not None and gram_max is not None:
         c = LOSS_CURVATURE[model.loss]
-        L = minibatch_smoothness(L, c * gram_max + model.l2, n, batch)
+        L = minibatch_smoothness(L, c * gram_max + uniform_l2(model), n, batch)
     if method in ("saga", "asaga"):
         return 1.0 / (3.0 * L)
     if method in ("sgd", "asgd"):
@@ -186,14 +186,14 @@ def asynchronous_step(
 
     .. math::
 
-        \gamma = \max\Big(\gamma_1,\ \minig(\gamma_b,\ rac{1}{4 L\,	au}ig)\Big),
+        \gamma = \max\Big(\gamma_1,\ \min\big(\gamma_b,\ \frac{1}{4 L\,\tau}\big)\Big),
 
     - :math:`\gamma_b`: :func:`auto_step` with the mini-batch expected smoothness of one task's
       ``batch`` rows (Gower et al., ICML 2019; Gazagnadou, Gower & Salmon, ICML 2019) — the step
       a fresh update of that size may take;
-    - :math:`1/(4L	au)`: the delay condition of asynchronous SGD with :math:`	au` concurrent
+    - :math:`1/(4L\tau)`: the delay condition of asynchronous SGD with :math:`\tau` concurrent
       updates in flight and :math:`L` the smoothness of the full objective
-      (:math:`c_\ell\lambda_{\max}(	ilde X^T	ilde X/n) + \lambda_2`): Koloskova, Stich & Jaggi,
+      (:math:`c_\ell\lambda_{\max}(\tilde X^T\tilde X/n) + \lambda_2`): Koloskova, Stich & Jaggi,
       "Sharper convergence guarantees for asynchronous SGD", NeurIPS 2022, and Mishchenko, Bach,
       Even & Woodworth, "Asynchronous SGD beats minibatch SGD under arbitrary delays", NeurIPS
       2022, whose steps shrink with the number of concurrent workers, not the largest delay;
@@ -210,5 +210,5 @@ def asynchronous_step(
     fresh_batch = auto_step(method, model, max_row_norm_sq, n=n, batch=batch, gram_max=gram_max)
     if max_delay <= 0:
         return max(one_row, fresh_batch)
-    L = LOSS_CURVATURE[model.loss] * gram_max + model.l2
+    L = LOSS_CURVATURE[model.loss] * gram_max + uniform_l2(model)
     return max(one_row, min(fresh_batch, 1.0 / (4.0 * L * max_delay)))

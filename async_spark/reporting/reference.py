@@ -16,6 +16,7 @@ inside the function), so the package stays importable without them.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -37,6 +38,12 @@ def relative_suboptimality(objective: float, optimum: float) -> float:
     """:math:`(F - F^*) / |F^*|` (``F - F^*`` when :math:`F^* = 0`)."""
     gap = float(objective) - float(optimum)
     return gap / abs(optimum) if optimum != 0 else gap
+
+
+def _digest(values: tuple[float, ...] | None) -> str | None:
+    if values is None:
+        return None
+    return hashlib.blake2b(repr(values).encode(), digest_size=10).hexdigest()
 
 
 def reference_optimum(
@@ -72,6 +79,7 @@ def reference_optimum(
         "d": int(model.num_features),
         "classes": model.num_classes,
         "l2": float(model.l2),
+        "penalty_scale": _digest(model.penalty_scale),
         "gtol": gtol,
     }
     path = None if cache is None else Path(cache)

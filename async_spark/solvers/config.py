@@ -16,7 +16,8 @@ from async_spark.engine.policies import (
 from async_spark.engine.stragglers import StragglerModel, parse_stragglers
 from async_spark.models.linear import LOSSES
 
-from .methods import METHODS
+from .methods import METHODS, MomentumFamily
+from .momentum import MOMENTUM_RULES
 from .validation import (
     ConfigError,
     check_choice,
@@ -35,7 +36,16 @@ LINEAR_METHODS = tuple(METHODS)
 SYNC_METHODS = tuple(name for name, row in METHODS.items() if row.synchronous)
 MOMENTUM_METHODS = tuple(name for name, row in METHODS.items() if row.momentum)
 ASYNC_METHODS = tuple(name for name in METHODS if name not in SYNC_METHODS)
+NON_PROXIMAL_MOMENTUM = tuple(
+    name
+    for name, row in METHODS.items()
+    if isinstance(row.family, MomentumFamily) and not MOMENTUM_RULES[row.family.rule][2]
+)
 STEP_RULES = ("constant", "sqrt", "staleness")
+#: Which weights the penalty acts on when the columns are standardized: the original columns'
+#: (standardization is then a preconditioner only; the minimizer is the raw problem's) or the
+#: standardized columns' (pyspark.ml's and glmnet's ``standardization=True``).
+PENALTY_ON = ("original", "standardized")
 FORMATS = ("auto", "libsvm", "parquet")
 PUBLISHERS = ("broadcast", "inline")
 TRANSPORTS = ("resident", "jobs")
@@ -49,6 +59,9 @@ class TrainConfig:
     format: str = "auto"
     num_features: int | None = None
     standardize: bool = True  # as pyspark.ml: train on scaled columns, report raw-scale weights
+    # the columns whose weights l2/l1 penalize (PENALTY_ON); "standardized" as pyspark.ml, glmnet
+    # and scikit-learn's StandardScaler + LogisticRegression
+    penalty_on: str = "standardized"
     loss: str = "logistic"
     method: str = "asaga"
     l2: float = 1e-4
@@ -86,6 +99,7 @@ class TrainConfig:
         check_choice("format", self.format, FORMATS)
         check_number("l2", self.l2, strict=False)
         check_number("l1", self.l1, strict=False)
+        check_choice("penalty_on", self.penalty_on, PENALTY_ON)
         if self.step != "auto":
             self.step = check_number("step", self.step)
         if self.step_rule is not None:
@@ -132,6 +146,12 @@ class TrainConfig:
             return
         if self.step != "auto" and self.momentum is None:
             raise ConfigError("momentum", "is needed with an explicit {step} for hb/ag/apg")
+        if self.l1 and self.method in NON_PROXIMAL_MOMENTUM:
+            raise ConfigError(
+                "l1",
+                f"needs a method that takes the penalty's prox; {escape(self.method)} does not "
+                "(use apg, its proximal form, or saga/asaga/sgd/asgd)",
+            )
         if self.momentum is not None:
             if check_number("momentum", self.momentum, strict=False) >= 1:
                 raise ConfigError("momentum", f"must be in [0, 1), got {quote(self.momentum)}")

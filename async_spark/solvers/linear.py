@@ -26,6 +26,7 @@ so the objective never costs the run training time.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import sys
@@ -143,13 +144,19 @@ def _task_seconds(blocks: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def build_model(config: TrainConfig, desc: DatasetDescriptor) -> LinearModel:
+def build_model(config: TrainConfig, desc: DatasetDescriptor, source: Any = None) -> LinearModel:
+    """The run's model. When ``source`` divides the columns by a scale (standardization) and the
+    penalty is on the original columns (``penalty_on="original"``), the penalty is rescaled column
+    by column so that the trained model, mapped back to the original columns,
+    minimizes the problem as the user wrote it."""
+    scale = getattr(source, "scale", None)
     return LinearModel(
         loss=config.loss,
         num_features=desc.d,
         num_classes=desc.num_classes if config.loss == "softmax" else None,
         l2=config.l2,
         l1=config.l1,
+        penalty_scale=None if scale is None or config.penalty_on != "original" else scale,
     )
 
 
@@ -234,7 +241,7 @@ def train_linear(
     # Setup, once: validate -> step size -> rule.
     config.validate()
     source, desc = config.open_data() if dataset is None else dataset
-    problem = Problem(build_model(config, desc), source, desc)
+    problem = Problem(build_model(config, desc, source), source, desc)
     row = method(config.method)
     family = row.family
     setup = Setup(
@@ -257,7 +264,9 @@ def train_linear(
             np.array(resume.theta),
             state_from_parts(current.state, resume.state_arrays, resume.state_scalars),
         )
-    task = LinearTask(source, problem.model, config.seed, family.computation)
+    # tasks compute losses only: the per-column penalty scale stays on the driver
+    worker_model = dataclasses.replace(problem.model, penalty_scale=None)
+    task = LinearTask(source, worker_model, config.seed, family.computation)
     messages = Messages(family, row.synchronous)
     engine: Any = None
 

@@ -19,7 +19,10 @@ staleness :math:`\tau_k` (c = 0: plain momentum).
 :func:`~async_spark.optim.parameters.momentum_parameters` from :math:`L` and :math:`\mu`:
 :math:`L = c_\ell\,\lambda_{\max}(\tilde X^T\tilde X/n) + \lambda_2` (power iteration over the
 blocks, :math:`c_\ell = 1/4` for logistic, 1 for squares, 1/2 for softmax) and
-:math:`\mu = \lambda_2` (the strong convexity the regularizer guarantees).
+:math:`\mu = \lambda_2` (the strong convexity the regularizer guarantees). With the penalty on
+the original columns (``penalty_scale`` :math:`s`), :math:`\mu = \lambda_2 \min_j s_j^{-2}`;
+APG applies the rest of the penalty by its prox, while HB and AG take the whole penalty's
+gradient and count :math:`\lambda_2 \max_j s_j^{-2}` in :math:`L`.
 """
 
 from __future__ import annotations
@@ -34,8 +37,10 @@ from async_spark.data.blocks import BlockSource, DatasetDescriptor
 from async_spark.models.linear import (
     LOSS_CURVATURE,
     LinearModel,
-    prox_l1,
+    penalty_gradient,
+    prox_penalty,
     regularizer_gradient,
+    uniform_l2,
 )
 from async_spark.optim.momentum import (
     UpdateRule,
@@ -52,46 +57,66 @@ __all__ = ["MOMENTUM_RULES", "MomentumLinear", "momentum_step"]
 
 
 class _WeightsL1:
-    """Prox of l1 * ||W||_1 on the weights only (the intercept is never penalized)."""
+    """Prox of the penalty part the gradient does not take (see
+    :func:`~async_spark.models.linear.prox_penalty`) on the weights only (the intercept is never
+    penalized); its value is the l1 term."""
 
     def __init__(self, model: LinearModel) -> None:
         self.model = model
 
     def __call__(self, v: np.ndarray, step: float = 1.0) -> np.ndarray:
-        return prox_l1(self.model, v, step)
+        return prox_penalty(self.model, v, step)
 
     def value(self, x: np.ndarray) -> np.ndarray:
         m = self.model.outputs * self.model.num_features
-        return np.asarray(self.model.l1 * np.abs(np.asarray(x)[..., :m]).sum(axis=-1))
+        W = np.abs(np.asarray(x)[..., :m])
+        inv = self.model._inverse_scale
+        if inv is not None:
+            W = W * np.tile(inv, self.model.outputs)
+        return np.asarray(self.model.l1 * W.sum(axis=-1))
 
 
 def _apg(model: LinearModel, alpha: float, beta: float) -> UpdateRule:
     return accelerated_projected_gradient(alpha, beta, _WeightsL1(model))
 
 
-#: Momentum rules by name: ``(model, alpha, beta) -> UpdateRule``, and the name
-#: :func:`~async_spark.optim.parameters.momentum_parameters` tunes it as (APG is tuned as AG).
-MOMENTUM_RULES: dict[str, tuple[Any, str]] = {
-    "hb": (lambda model, a, b: heavy_ball(a, b), "hb"),
-    "ag": (lambda model, a, b: nesterov(a, b), "ag"),
-    "apg": (_apg, "ag"),
+#: Momentum rules by name: ``(model, alpha, beta) -> UpdateRule``, the name
+#: :func:`~async_spark.optim.parameters.momentum_parameters` tunes it as (APG is tuned as AG),
+#: and whether the rule takes the penalty's prox (HB and AG take the whole penalty's gradient).
+MOMENTUM_RULES: dict[str, tuple[Any, str, bool]] = {
+    "hb": (lambda model, a, b: heavy_ball(a, b), "hb", False),
+    "ag": (lambda model, a, b: nesterov(a, b), "ag", False),
+    "apg": (_apg, "ag", True),
 }
+
+
+def _smooth_penalty(rule: str) -> Any:
+    """The penalty gradient a rule adds: the uniform part for a proximal rule (its prox applies
+    the rest), the whole :math:`\\ell_2` penalty's gradient for one without a prox."""
+    return regularizer_gradient if MOMENTUM_RULES[rule][2] else penalty_gradient
 
 
 def momentum_step(
     rule: str, model: LinearModel, source: BlockSource, desc: DatasetDescriptor
 ) -> tuple[float, float, dict[str, float]]:
     """``(alpha, beta, curvature)`` from the data for ``--step auto``."""
-    if model.l2 <= 0:
+    mu = uniform_l2(model)
+    if mu <= 0:
         raise ValueError(
             "--step auto for momentum methods needs --l2 > 0 (mu = l2 is the strong convexity "
             "used to choose the momentum); or give --step and --momentum"
         )
     lam = gram_max_eigenvalue(source, desc, intercept=model.fit_intercept)
-    L = LOSS_CURVATURE[model.loss] * lam + model.l2
-    mu = model.l2
+    # a rule without a prox takes the whole penalty's gradient: its curvature counts in L
+    penalty_L = mu if MOMENTUM_RULES[rule][2] else _largest_l2(model)
+    L = LOSS_CURVATURE[model.loss] * lam + penalty_L
     alpha, beta = momentum_parameters(MOMENTUM_RULES[rule][1], mu, L)
     return alpha, beta, {"L": L, "mu": mu, "kappa": L / mu}
+
+
+def _largest_l2(model: LinearModel) -> float:
+    scale = model.penalty_scale
+    return model.l2 if scale is None else model.l2 / min(scale) ** 2
 
 
 @dataclass(frozen=True)
@@ -135,7 +160,7 @@ class MomentumLinear:
 
     def update(self, message: SGDMessage, state: Any, params: np.ndarray) -> tuple[np.ndarray, Any]:
         m = message.num_tasks * self.batch_fraction * self.n / self.num_blocks
-        g = np.asarray(message.grad_sum) / m + regularizer_gradient(self.model, params)
+        g = np.asarray(message.grad_sum) / m + _smooth_penalty(self.rule)(self.model, params)
         rule = self._fresh
         if self.momentum_damping > 0:
             rule = self._rule_with(self.beta / (1.0 + self.momentum_damping * message.staleness))

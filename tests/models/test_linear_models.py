@@ -18,7 +18,7 @@ from async_spark.models import (
     max_squared_row_norm,
     objective,
     pack_params,
-    prox_l1,
+    prox_penalty,
     regularizer,
     sample_scalars,
     sample_smoothness,
@@ -187,9 +187,50 @@ def test_objective_and_regularizer() -> None:
 def test_prox_l1_soft_thresholds_weights_only() -> None:
     model = LinearModel("squares", 3, l1=2.0)
     theta = np.array([3.0, -0.5, -4.0, 10.0])
-    np.testing.assert_array_equal(prox_l1(model, theta, 0.5), [2.0, 0.0, -3.0, 10.0])
+    np.testing.assert_array_equal(prox_penalty(model, theta, 0.5), [2.0, 0.0, -3.0, 10.0])
     plain = LinearModel("squares", 3)
-    assert prox_l1(plain, theta, 0.5) is theta
+    assert prox_penalty(plain, theta, 0.5) is theta
+
+
+def test_penalty_scale_penalizes_the_original_columns_weights() -> None:
+    """With penalty_scale s the penalty is that of W / s; the rules split it into a uniform
+    gradient part and a prox, whose sum must be the whole penalty's proximal-gradient step."""
+    from scipy.optimize import minimize_scalar
+
+    from async_spark.models import penalty_gradient, regularizer_gradient, uniform_l2
+
+    s = np.array([0.5, 2.0, 4.0])
+    model = LinearModel("softmax", 3, num_classes=2, l2=0.3, l1=0.2, penalty_scale=s)
+    rng = np.random.default_rng(0)
+    theta = rng.standard_normal(model.num_params)
+    W = theta[:6].reshape(2, 3)
+    assert regularizer(model, theta) == pytest.approx(
+        0.15 * np.sum((W / s) ** 2) + 0.2 * np.sum(np.abs(W / s))
+    )
+    assert uniform_l2(model) == pytest.approx(0.3 / 16)
+    eps = 1e-6
+    smooth = LinearModel("softmax", 3, num_classes=2, l2=0.3, penalty_scale=s)
+    numeric = [
+        (regularizer(smooth, theta + eps * e) - regularizer(smooth, theta - eps * e)) / (2 * eps)
+        for e in np.eye(theta.size)
+    ]
+    np.testing.assert_allclose(penalty_gradient(model, theta), numeric, atol=1e-7)
+    # a gradient step on the uniform part, then the prox of the rest, per weight
+    step, lu = 0.7, uniform_l2(model)
+    moved = prox_penalty(model, theta - step * regularizer_gradient(model, theta), step)
+    for k in range(6):
+        j = k % 3
+
+        def one(u, v=theta[k] * (1 - step * lu), j=j):
+            rest = 0.5 * (0.3 / s[j] ** 2 - lu) * u**2 + 0.2 * abs(u) / s[j]
+            return (u - v) ** 2 / (2 * step) + rest
+
+        best = minimize_scalar(one, bounds=(-10, 10), method="bounded", options={"xatol": 1e-12})
+        assert moved[k] == pytest.approx(best.x, abs=1e-7)
+    np.testing.assert_array_equal(moved[6:], theta[6:])  # intercepts untouched
+    with pytest.raises(ValueError, match="penalty_scale must be 3 finite numbers > 0"):
+        LinearModel("squares", 3, penalty_scale=[1.0, 0.0, 1.0])
+    assert model == LinearModel("softmax", 3, num_classes=2, l2=0.3, l1=0.2, penalty_scale=s)
 
 
 def test_elastic_net() -> None:
