@@ -58,6 +58,13 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         "of the original columns (scaling is then a preconditioner only: the minimizer is the "
         "raw problem's, as pyspark.ml's standardization=false)",
     )
+    p.add_argument(
+        "--step-safeguard",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="halve the step when the losses the tasks measure on their samples rise (the "
+        "summary's step_safeguard lists each change)",
+    )
     p.add_argument("--loss", default="logistic", help="logistic | squares | softmax")
     from async_spark.solvers.config import LINEAR_METHODS
 
@@ -250,6 +257,7 @@ def train_configs(args: argparse.Namespace) -> list[Any]:
             num_features=args.num_features,
             standardize=args.standardize,
             penalty_on=args.penalty_on,
+            step_safeguard=args.step_safeguard,
             loss=args.loss,
             method=method,
             l2=args.l2,

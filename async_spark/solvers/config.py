@@ -67,6 +67,7 @@ class TrainConfig:
     l2: float = 1e-4
     l1: float = 0.0
     step: float | str = "auto"
+    step_safeguard: bool = True  # lower the step when the tasks' sampled losses rise
     step_rule: str | None = None  # default: sqrt for sgd/asgd, constant for saga/asaga
     momentum: float | None = None  # beta for hb/ag/apg with an explicit --step
     momentum_damping: float = 0.0  # beta / (1 + c * staleness) for asynchronous momentum
@@ -102,6 +103,10 @@ class TrainConfig:
         check_choice("penalty_on", self.penalty_on, PENALTY_ON)
         if self.step != "auto":
             self.step = check_number("step", self.step)
+        if not isinstance(self.step_safeguard, bool):
+            raise ConfigError(
+                "step_safeguard", f"must be true or false, got {quote(self.step_safeguard)}"
+            )
         if self.step_rule is not None:
             check_choice("step_rule", self.step_rule, STEP_RULES)
         self._validate_momentum()

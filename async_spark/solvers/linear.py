@@ -40,7 +40,7 @@ from async_spark.data.blocks import BlockSource, DatasetDescriptor
 from async_spark.engine.core import TaskTicket
 from async_spark.engine.engine import AsyncEngine
 from async_spark.engine.transport import LocalTransport, Transport
-from async_spark.models.linear import LinearModel, init_params
+from async_spark.models.linear import LinearModel, init_params, regularizer
 from async_spark.reporting.progress import TrainingProgress
 
 from .checkpoint import Checkpoint, check_compatible, save_checkpoint, state_from_parts
@@ -49,6 +49,7 @@ from .evaluate import Evaluator
 from .loop import Current, Limits, Messages, run_updates
 from .methods import Dispatch, Problem, Setup, method
 from .recording import Recorder
+from .safeguard import StepSafeguard
 from .worker import LinearTask, TaskArgs
 
 __all__ = ["TrainResult", "train_linear", "build_model"]
@@ -77,6 +78,8 @@ class TrainResult:
     snapshots: list[tuple[float, int, float]] = field(default_factory=list)
     momentum: dict[str, float] = field(default_factory=dict)
     source: Any = None  # the blocks trained on (their standardization, to undo it)
+    # the step safeguard's changes (see .safeguard): {"final_step", "lowered": [...]}, or None
+    step_safeguard: dict[str, Any] | None = None
 
     def coefficients(self) -> tuple[np.ndarray, np.ndarray]:
         """Weights ``(K, d)`` and intercepts ``(K,)`` for the raw (unstandardized) features."""
@@ -99,7 +102,9 @@ class TrainResult:
             "policy": self.engine_snapshot["policy"],
             "stragglers": self.engine_snapshot["stragglers"],
             "step": self.step,
+            "step_safeguard": self.step_safeguard,
             "standardize": self.config.standardize,
+            "penalty_on": self.config.penalty_on,
             "l2": self.config.l2,
             "l1": self.config.l1,
             "batch_fraction": self.config.batch_fraction,
@@ -255,14 +260,26 @@ def train_linear(
     )
     step = family.choose_step(problem, setup)
     rule = family.build_rule(problem, setup, step)
+    safeguard = (
+        StepSafeguard(
+            step.gamma,
+            rebuild=lambda gamma: family.build_rule(problem, setup, step._replace(gamma=gamma)),
+            penalty=functools.partial(regularizer, problem.model),
+            window=max(2 * desc.num_blocks, 8),
+            grace=desc.num_blocks,
+        )
+        if config.step_safeguard
+        else None
+    )
 
     theta = init_params(problem.model)
-    current = Current(theta, rule.init(theta))
+    current = Current(theta, rule.init(theta), rule)
     if resume is not None:
         check_compatible(resume, desc, theta.size)
         current = Current(
             np.array(resume.theta),
             state_from_parts(current.state, resume.state_arrays, resume.state_scalars),
+            rule,
         )
     # tasks compute losses only: the per-column penalty scale stays on the driver
     worker_model = dataclasses.replace(problem.model, penalty_scale=None)
@@ -273,7 +290,7 @@ def train_linear(
     def task_args(ticket: TaskTicket) -> TaskArgs:
         args = TaskArgs(ticket.block_task, config.batch_fraction)
         extra, memo = family.at_dispatch(
-            Dispatch(ticket, args, task, rule, current.state, engine.history.model)
+            Dispatch(ticket, args, task, current.rule, current.state, engine.history.model)
         )
         messages.dispatched(ticket.block, ticket.task_id, memo)
         return args._replace(extra=extra)
@@ -372,7 +389,6 @@ def train_linear(
         with engine:
             end = run_updates(
                 engine,
-                rule,
                 current,
                 messages,
                 recorder,
@@ -381,6 +397,7 @@ def train_linear(
                 limits=Limits(config.max_updates, config.time_budget, stop),
                 checkpoint=checkpoint,
                 on_update=None if bar is None else lambda k, now: bar.update(k, now, bar_details),
+                safeguard=safeguard,
             )
             if recorder.checkpoints:
                 checkpoint(end.updates)  # the final state, whatever stopped the run
@@ -411,4 +428,5 @@ def train_linear(
         snapshots=record.snapshots,
         momentum={**step.info, "damping": config.momentum_damping} if row.momentum else {},
         source=source,
+        step_safeguard=None if safeguard is None else safeguard.summary(),
     )

@@ -6,6 +6,7 @@ transport (the engine hands it accepted results, whichever way the tasks ran).
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from async_spark.engine.engine import EngineError, TaskResult
 
 from .methods import Family
 from .recording import Recorder
+from .safeguard import StepSafeguard
 
 __all__ = ["Current", "Limits", "LoopEnd", "Messages", "run_updates"]
 
@@ -26,10 +28,12 @@ EARLY_UPDATES = 10  # updates whose gradient norms set the scale divergence is m
 
 @dataclass
 class Current:
-    """The driver's parameters and rule state now (read at dispatch, replaced at each update)."""
+    """The driver's parameters, rule state and rule now (read at dispatch, replaced at each
+    update; the rule when the step safeguard lowers the step)."""
 
     theta: np.ndarray
     state: Any
+    rule: Any = None
 
 
 class Limits(NamedTuple):
@@ -125,7 +129,6 @@ def _results(engine: Any, gamma: float) -> Iterator[TaskResult]:
 
 def run_updates(
     engine: Any,
-    rule: Any,
     current: Current,
     messages: Messages,
     recorder: Recorder,
@@ -135,21 +138,31 @@ def run_updates(
     limits: Limits,
     checkpoint: Callable[[int], None],
     on_update: Callable[[int, float], None] | None = None,
+    safeguard: StepSafeguard | None = None,
 ) -> LoopEnd:
     """Apply accepted results until a limit, the target or ``limits.stop`` ends the run.
 
-    ``checkpoint(updates)`` is called when the recorder says one is due; ``on_update(updates,
-    seconds)`` after every update (a progress bar).
+    A task's payload is ``(the method's payload, its sampled losses' stats)``; the stats go to
+    ``safeguard``, which may hand back the rule with a lower step. ``checkpoint(updates)`` is
+    called when the recorder says one is due; ``on_update(updates, seconds)`` after every update
+    (a progress bar).
     """
     family = messages.family
     guard = _DivergenceGuard(gamma)
     stopped_by = "max_updates"
     for result in _results(engine, gamma):
+        payload, losses = result.payload
+        result = dataclasses.replace(result, payload=payload)
+        if safeguard is not None:
+            lowered = safeguard.observe(losses, current.theta, updates, engine.elapsed())
+            if lowered is not None:
+                current.rule = lowered
+                guard.gamma = safeguard.gamma
         msg = messages.accept(result, engine.live_blocks)
         if msg is None:
             continue
         guard.check(family.signal(msg), updates + 1)
-        theta, state = rule.update(msg, current.state, current.theta)
+        theta, state = current.rule.update(msg, current.state, current.theta)
         guard.check_finite(theta, updates + 1)
         current.theta, current.state = theta, state
         engine.publish(theta)

@@ -13,7 +13,10 @@ A task on block ``p`` draws a Bernoulli(b) sample ``S`` of its rows, reproducibl
 only (the dataset's :class:`~async_spark.data.blocks.BlockSource`, the model and which computation
 to run). The block is found in the worker's cache (:func:`~async_spark.data.blocks.get_block`),
 never shipped. Per-task arguments (:class:`TaskArgs`) are numbers and arrays, so any transport can
-carry them.
+carry them. A task returns ``(payload, loss_stats)``: the method's payload and the sum, the sum of
+squares and the count of the losses of its sampled rows at the parameters it read (from the
+margins the gradient needs anyway), which the driver's step safeguard watches
+(:mod:`.safeguard`).
 """
 
 from __future__ import annotations
@@ -27,10 +30,11 @@ import numpy as np
 from async_spark.data.blocks import Block, BlockSource, get_block
 from async_spark.models.linear import (
     LinearModel,
-    block_gradient_sum,
     block_loss_sum,
     gradient_from_scalars,
-    sample_scalars,
+    loss_derivatives,
+    loss_values,
+    margins,
 )
 from async_spark.optim._validate import check_fraction
 
@@ -39,6 +43,7 @@ __all__ = [
     "LinearTask",
     "TaskArgs",
     "gradient_sum",
+    "loss_stats",
     "sample_rows",
     "saga_delta",
     "snapshot_losses",
@@ -73,12 +78,47 @@ def sample_rows(
     return idx
 
 
+def _sampled(block: Block, sample_idx: np.ndarray) -> Block:
+    idx = np.asarray(sample_idx, dtype=np.int64)
+    return Block(block.X[idx], block.y[idx], 0)  # one copy of the sampled rows per task
+
+
+def loss_stats(losses: np.ndarray) -> np.ndarray:
+    """``[sum, sum of squares, count]`` of per-sample losses (what a task reports)."""
+    return np.array([losses.sum(), np.dot(losses, losses), losses.size], dtype=np.float64)
+
+
+def _gradient(
+    model: LinearModel, sample: Block, theta: np.ndarray, extra: Any
+) -> tuple[np.ndarray, np.ndarray]:
+    z = margins(model, sample.X, theta)
+    grad = gradient_from_scalars(model, sample, loss_derivatives(model, z, sample.y))
+    return grad, loss_values(model, z, sample.y)
+
+
+def _saga(
+    model: LinearModel, sample: Block, theta: np.ndarray, old_scalars: Any
+) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
+    old = np.asarray(old_scalars, dtype=np.float64)
+    if old.shape != (sample.rows, *model.scalar_shape):
+        raise ValueError(
+            f"old_scalars must have shape {(sample.rows, *model.scalar_shape)}, got {old.shape}"
+        )
+    if sample.rows == 0:
+        return (np.zeros(model.num_params), old.copy()), np.zeros(0)
+    z = margins(model, sample.X, theta)
+    new = loss_derivatives(model, z, sample.y)
+    # One product with the difference: sum (phi_new - r_old) x_i.
+    delta = gradient_from_scalars(model, sample, new - old)
+    return (delta, new), loss_values(model, z, sample.y)
+
+
 def gradient_sum(
     model: LinearModel, block: Block, theta: np.ndarray, sample_idx: np.ndarray, extra: Any
 ) -> np.ndarray:
     r""":math:`\sum_{i \in S}\nabla f_i(\theta)` over local rows ``sample_idx`` (flat, data part
     only; the penalty is the driver's)."""
-    return block_gradient_sum(model, block, theta, sample_idx)
+    return _gradient(model, _sampled(block, sample_idx), theta, extra)[0]
 
 
 def saga_delta(
@@ -97,23 +137,14 @@ def saga_delta(
     new_scalars : ndarray (|S|,) or (|S|, K)
         :math:`\phi_i(\theta)`, the scalars to store for these rows.
     """
-    idx = np.asarray(sample_idx, dtype=np.int64)
-    old = np.asarray(old_scalars, dtype=np.float64)
-    if old.shape != (idx.size, *model.scalar_shape):
-        raise ValueError(
-            f"old_scalars must have shape {(idx.size, *model.scalar_shape)}, got {old.shape}"
-        )
-    if idx.size == 0:
-        return np.zeros(model.num_params), old.copy()
-    new = sample_scalars(model, block, theta, idx)
-    # One product with the difference: sum (phi_new - r_old) x_i.
-    return gradient_from_scalars(model, block, new - old, idx), new
+    return _saga(model, _sampled(block, sample_idx), theta, old_scalars)[0]
 
 
-Computation = Callable[[LinearModel, Block, np.ndarray, np.ndarray, Any], Any]
+Computation = Callable[[LinearModel, Block, np.ndarray, Any], tuple[Any, np.ndarray]]
 
-#: The worker computations by name (a method's row names one; the name travels, not the code).
-COMPUTATIONS: dict[str, Computation] = {"gradient": gradient_sum, "saga": saga_delta}
+#: The worker computations by name (a method's row names one; the name travels, not the code):
+#: ``(model, sampled rows, theta, extra) -> (payload, per-sample losses)``.
+COMPUTATIONS: dict[str, Computation] = {"gradient": _gradient, "saga": _saga}
 
 
 class TaskArgs(NamedTuple):
@@ -126,7 +157,7 @@ class TaskArgs(NamedTuple):
 
 @dataclass(frozen=True)
 class LinearTask:
-    """The task function of a linear run: ``task(block, theta, args) -> payload``.
+    """The task function of a linear run: ``task(block, theta, args) -> (payload, loss_stats)``.
 
     Plain values only (it travels to every executor); ``computation`` names an entry of
     :data:`COMPUTATIONS`.
@@ -148,8 +179,9 @@ class LinearTask:
 
     def __call__(self, block_index: int, theta: np.ndarray, args: TaskArgs) -> Any:
         block = get_block(self.source, block_index)
-        idx = self.sample(block_index, args, block.rows)
-        return COMPUTATIONS[self.computation](self.model, block, theta, idx, args.extra)
+        sample = _sampled(block, self.sample(block_index, args, block.rows))
+        payload, losses = COMPUTATIONS[self.computation](self.model, sample, theta, args.extra)
+        return payload, loss_stats(losses)
 
     def work(self, block_index: int, args: Any) -> float | None:
         """Nonzeros this task touches: those of its sampled rows (dense: rows x d); for the

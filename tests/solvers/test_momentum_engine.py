@@ -69,25 +69,34 @@ def test_momentum_needs_fewer_updates_than_sgd_when_ill_conditioned(cancer):
 def test_staleness_damping_stabilizes_asynchronous_heavy_ball():
     data = open_dataset("builtin:breast_cancer", 8, standardize=True, loss="logistic")
 
-    def run(damping):
+    def run(damping, safeguard=False, updates=300):
         cfg = TrainConfig(
             data="x",
             method="ahb",
             partitions=8,
             batch_fraction=1.0,
             l2=1e-2,
-            max_updates=300,
+            max_updates=updates,
             quiet=True,
             momentum_damping=damping,
+            step_safeguard=safeguard,
         )
         r = train_linear(cfg, dataset=data)
-        return r.final_objective, r.summary()["mean_staleness"], r.momentum
+        return r.final_objective, r.summary(), r.momentum
 
-    plain, stale, info = run(0.0)
+    plain, summary, info = run(0.0)
     damped, _, _ = run(2.0)
-    assert info["kappa"] > 100 and stale > 3  # 8 blocks in flight: staleness about 7
+    assert info["kappa"] > 100 and summary["mean_staleness"] > 3  # 8 in flight: about 7
     assert plain > 0.3  # tuned heavy ball with stale gradients oscillates far from 0.0996
     assert damped < 0.11  # damped by staleness it converges (optimum 0.0996)
+    assert summary["step_safeguard"] is None
+    # The step safeguard (on by default) sees the sampled losses rise and lowers the step.
+    # Three halvings in the runs seen (1.08 -> 0.135), each after a window of results rose.
+    guarded, summary, _ = run(0.0, safeguard=True, updates=1000)
+    lowered = summary["step_safeguard"]["lowered"]
+    assert lowered and guarded < 0.103, (guarded, lowered)
+    assert summary["step_safeguard"]["final_step"] < summary["step"]
+    assert all(c["window_objective"] > c["best_objective"] for c in lowered)
 
 
 @pytest.mark.parametrize(
