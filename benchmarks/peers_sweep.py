@@ -1,8 +1,9 @@
-"""The step/momentum sweep behind ``benchmarks/peers.py``'s ``OURS`` table: updates to target.
+"""Updates to target over a grid of step scales and momenta, in one process (no Spark).
 
-Runs each of our methods in one process (the in-process transport: no Spark, so the count of
-updates to 1e-3 relative suboptimality is free of Spark's timing) on the peers' quick data, over
-a grid of step scales (units of 1/L_avg) and momenta, and prints one line per point.
+Runs each of our methods on the in-process transport (the count of updates to 1e-3 relative
+suboptimality is free of Spark's timing) on standardized dense AR(1) data (the data of the
+earlier ``peers.py``), over step scales in units of 1/L_avg and momenta, one line per point.
+``F*`` is the raw objective's optimum from ``peers.Objectives`` (scikit-learn newton-cg).
 
 Usage: python benchmarks/peers_sweep.py [--methods saga,asaga,ag,aag] [--scales 1,2,3]
   [--momenta 0,0.3,0.5,0.7] [--batch-fraction 0.5] [--max-updates 400]
@@ -14,17 +15,44 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import math
 import os
 import sys
 import tempfile
 
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.linalg import eigsh
+from scipy.special import expit
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from peers import Bench, make_dense  # noqa: E402
+from peers import Data, Objectives  # noqa: E402
 
 from async_spark.data.dataset import open_dataset  # noqa: E402
 from async_spark.solvers.config import MOMENTUM_METHODS, TrainConfig  # noqa: E402
 from async_spark.solvers.linear import train_linear  # noqa: E402
+
+
+def make_dense(n: int, d: int, seed: int, rho: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
+    """Standardized AR(1)-correlated Gaussian features, logistic labels in {0, 1}."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d))
+    for j in range(1, d):
+        X[:, j] = rho * X[:, j - 1] + math.sqrt(1 - rho * rho) * X[:, j]
+    X -= X.mean(axis=0)
+    X /= X.std(axis=0)
+    w = rng.standard_normal(d)
+    w *= 2.5 / float(np.std(X @ w))
+    y = (rng.random(n) < expit(X @ w + 0.5)).astype(np.float64)
+    return X, y
+
+
+def l_avg(X: np.ndarray) -> float:
+    """Largest eigenvalue of X~'X~/(4n), X~ = [X, 1] (the averaged smoothness)."""
+    n = X.shape[0]
+    Xt = sp.hstack([sp.csr_matrix(X), np.ones((n, 1))]).tocsr()
+    return float(eigsh((Xt.T @ Xt) / (4.0 * n), k=1, return_eigenvectors=False)[0])
 
 
 def _floats(text: str) -> list[float]:
@@ -51,8 +79,9 @@ def main(argv: list[str] | None = None) -> int | None:
         args.methods, args.scales, args.momenta = "saga,ag", [1.0, 2.0], [0.5]
         args.n, args.max_updates, args.target = 2000, 150, 1e-2
     X, y = make_dense(args.n, args.d, 0)
-    bench = Bench(argparse.Namespace(l2=args.l2, target=args.target), X, y)
-    print(f"n={args.n} d={args.d} P={args.partitions} b={args.batch_fraction} L_avg={bench.L:.4f}")
+    spec = Data("dense", "dense", args.n, args.d, args.l2, 0.0)
+    f_star, L = Objectives(X, y, spec).star("raw"), l_avg(X)
+    print(f"n={args.n} d={args.d} P={args.partitions} b={args.batch_fraction} L_avg={L:.4f}")
     best: int | None = None
     with tempfile.TemporaryDirectory() as tmp:
         ds = open_dataset((X, y), args.partitions, loss="logistic", staging_dir=tmp, dense=None)
@@ -65,7 +94,7 @@ def main(argv: list[str] | None = None) -> int | None:
                     method=method,
                     loss="logistic",
                     l2=args.l2,
-                    step=scale / bench.L,
+                    step=scale / L,
                     momentum=beta,
                     batch_fraction=args.batch_fraction,
                     partitions=args.partitions,
@@ -75,14 +104,10 @@ def main(argv: list[str] | None = None) -> int | None:
                 )
                 r = train_linear(cfg, dataset=ds)
                 hit = next(
-                    (
-                        v
-                        for _, v, f in r.snapshots
-                        if (f - bench.f_star) / bench.f_star <= args.target
-                    ),
+                    (v for _, v, f in r.snapshots if (f - f_star) / f_star <= args.target),
                     None,
                 )
-                rel = (r.final_objective - bench.f_star) / bench.f_star
+                rel = (r.final_objective - f_star) / f_star
                 label = f"{method} scale {scale:g}" + (
                     "" if beta is None else f" momentum {beta:g}"
                 )

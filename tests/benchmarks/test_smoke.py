@@ -37,7 +37,7 @@ SMOKES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "transport_race.py": (("resident_vs_jobs_updates_asaga",), ("spark",)),
     "fit_race.py": (("async_fit_vs_lbfgs_fit_seconds",), ("spark", "sklearn")),
     "peers.py": (
-        ("asaga_vs_mllib_sgd_speedup", "ours_best_vs_mllib_sgd_speedup"),
+        ("ours_default_vs_lbfgs_min", "ours_default_vs_best_grid_max"),
         ("spark", "sklearn"),
     ),
     "data_path.py": (("data_path_overhead_ratio_largest",), ("spark",)),
