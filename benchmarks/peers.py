@@ -64,8 +64,8 @@ time, over datasets and methods, 1e-3>`` (bounds, marked, where a side did not r
 
 Usage: python benchmarks/peers.py [--quick | --smoke] [--datasets a,b] [--methods asaga,aag]
   [--budget S] [--master URL] [--targets 1e-3,1e-4] [--no-throttle] [--no-slow-executor]
-Full run: about 2.5-3.5 hours on the 2-core machine; --quick about 15 minutes; --smoke 1.5-3
-minutes (one tiny dataset, a one-point grid per side; the time is mostly Spark and data setup).
+Full run: an estimated 3-4.5 hours on the 2-core machine (from the budgets; not timed yet);
+--quick an estimated 15-25 minutes; --smoke 1.5-3 minutes measured at load average 7 (one tiny dataset, a one-point grid per side; the time is mostly Spark and data setup).
 """
 
 from __future__ import annotations
@@ -911,7 +911,9 @@ def report(args: Any, results: list[DatasetResult]) -> tuple[float, float]:
 
 def main(argv: list[str] | None = None) -> tuple[float, float]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="the quick suite (~12 minutes)")
+    ap.add_argument(
+        "--quick", action="store_true", help="the quick suite (an estimated 15-25 minutes)"
+    )
     ap.add_argument("--smoke", action="store_true", help="seconds: one tiny dataset, local[2]")
     ap.add_argument("--master", default="local-cluster[2,1,2048]")
     ap.add_argument("--datasets", default=None, help="names of the suite to run (comma list)")
