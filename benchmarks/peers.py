@@ -65,7 +65,8 @@ time, over datasets and methods, 1e-3>`` (bounds, marked, where a side did not r
 Usage: python benchmarks/peers.py [--quick | --smoke] [--datasets a,b] [--methods asaga,aag]
   [--budget S] [--master URL] [--targets 1e-3,1e-4] [--no-throttle] [--no-slow-executor]
 Full run: an estimated 3-4.5 hours on the 2-core machine (from the budgets; not timed yet);
---quick an estimated 15-25 minutes; --smoke 1.5-3 minutes measured at load average 7 (one tiny dataset, a one-point grid per side; the time is mostly Spark and data setup).
+--quick an estimated 15-25 minutes; --smoke 1.5-3 minutes measured at load average 7 (one
+tiny dataset, a one-point grid per side; the time is mostly Spark and data setup).
 """
 
 from __future__ import annotations
