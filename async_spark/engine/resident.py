@@ -18,6 +18,12 @@ worker silent for ``silence_seconds``, and a worker whose driver is gone (closed
 refused reconnection, or silence) returns, which ends its Spark task. If the whole job fails (e.g.
 ``local[N]`` retries nothing), it is launched again, at most ``max_relaunches`` times.
 
+Spark Connect: the launch is the DataFrame API only, so a Connect session (no SparkContext) runs
+the same job; the server then lives in the *client* process, which the executors must reach. It
+listens on the client's address towards the Connect server (:func:`.connect.client_address`) and
+the executors dial it, or the address given by ``advertise`` / ``spark.async_spark.resident.advertise``
+(NAT, port forwarding); the job carries a session tag, interrupted when the run ends or fails.
+
 See ``docs/resident.md`` for the protocol, the security model and how to use it.
 """
 
@@ -465,11 +471,17 @@ class ResidentTransport(Transport):
         Resident tasks (default: min(blocks, ``sc.defaultParallelism``)); each owns the blocks
         ``b % num_tasks == task``.
     host : str, optional
-        Address to listen on and to give the workers (default ``spark.driver.host``). Never a
-        wildcard address.
-    connect_timeout : float
-        Seconds :meth:`start` waits for the tasks to connect; with none connected it fails with
-        one line naming the address.
+        Address to listen on and to give the workers (default: ``spark.async_spark.resident.host``
+        if set, else ``spark.driver.host`` on a classic session and the client's address towards
+        the server on a Spark Connect session). Never a wildcard address.
+    advertise : str, optional
+        ``host[:port]`` the workers dial instead (default:
+        ``spark.async_spark.resident.advertise`` or ``SPARK_ASYNC_SPARK_RESIDENT_ADVERTISE`` if
+        set): when the executors reach this machine under another address (NAT, forwarding).
+    connect_timeout : float, optional
+        Seconds :meth:`start` waits for the tasks to connect (default 60 on a classic session, 40
+        on a Connect one, or ``spark.async_spark.resident.connectTimeout``); with none connected
+        it fails with one line naming the address and what to set, and the job is interrupted.
     heartbeat_seconds, silence_seconds : float
         Both sides send a heartbeat this often when idle; a peer silent for ``silence_seconds`` is
         dropped (a worker whose driver is gone exits).
@@ -492,7 +504,8 @@ class ResidentTransport(Transport):
         task_fn: TaskFunction | None = None,
         num_tasks: int | None = None,
         host: str | None = None,
-        connect_timeout: float = 60.0,
+        advertise: str | None = None,
+        connect_timeout: float | None = None,
         heartbeat_seconds: float = 1.0,
         silence_seconds: float = 15.0,
         reconnect_seconds: float = 5.0,
@@ -508,6 +521,19 @@ class ResidentTransport(Transport):
             from pyspark.sql import SparkSession
 
             spark = SparkSession(spark)
+        from .connect import CONNECT_TIMEOUT_CONF, conf_value, is_connect
+
+        self.connect = is_connect(spark)
+        if connect_timeout is None:
+            configured = conf_value(spark, CONNECT_TIMEOUT_CONF)
+            try:
+                connect_timeout = float(configured) if configured else None
+            except ValueError:
+                raise ValueError(
+                    f"{CONNECT_TIMEOUT_CONF} must be a number of seconds > 0, got {configured!r}"
+                ) from None
+        if connect_timeout is None:
+            connect_timeout = 40.0 if self.connect else 60.0
         for name, value in (
             ("connect_timeout", connect_timeout),
             ("heartbeat_seconds", heartbeat_seconds),
@@ -536,6 +562,7 @@ class ResidentTransport(Transport):
         self._task_fn = task_fn
         self._num_tasks = num_tasks
         self._host = host
+        self._advertise = advertise
         self.connect_timeout = float(connect_timeout)
         self.heartbeat_seconds = float(heartbeat_seconds)
         self.silence_seconds = float(silence_seconds)
@@ -573,7 +600,8 @@ class ResidentTransport(Transport):
         self._job_thread: threading.Thread | None = None
         self.launches = 0
         self._counts = {"full": 0, "delta": 0, "held": 0}
-        self.address: tuple[str, int] | None = None
+        self.address: tuple[str, int] | None = None  # where the server listens
+        self.advertised: tuple[str, int] | None = None  # what the workers dial
 
     # --- lifecycle ----------------------------------------------------------------------------
     def start(
@@ -597,12 +625,13 @@ class ResidentTransport(Transport):
             port = self._server.getsockname()[1]
             self._server.settimeout(0.5)
             self.address = (host, port)
+            self.advertised = self._advertised(host, port)
             self._secret = secrets.token_bytes(32)
             self.run_id = uuid.uuid4().hex
             self._tag = f"async-spark-resident-{self.run_id[:12]}"
             self._cfg = _WorkerConfig(
-                host=host,
-                port=port,
+                host=self.advertised[0],
+                port=self.advertised[1],
                 secret=self._secret,
                 run_id=self.run_id,
                 num_blocks=num_blocks,
@@ -622,20 +651,25 @@ class ResidentTransport(Transport):
             self._job_thread = self._spawn_job()
             self._wait_connected()
         except BaseException:
+            if self._job_thread is not None:
+                self._cancel_job()  # at once: no task may stay behind a run that did not start
             self.close()
             raise
 
     def _parallelism(self, num_blocks: int) -> int:
+        from .connect import default_parallelism
+
         try:
-            return max(1, int(self.spark.sparkContext.defaultParallelism))
-        except Exception:  # Spark Connect has no SparkContext
-            try:
-                return max(1, int(self.spark.conf.get("spark.default.parallelism")))
-            except Exception:
-                return num_blocks
+            return default_parallelism(self.spark)  # Connect: one tiny job (no SparkContext)
+        except Exception:
+            return num_blocks
 
     def _bind_host(self) -> str:
-        host = self._host
+        from .connect import HOST_CONF, client_address, conf_value
+
+        host = self._host or conf_value(self.spark, HOST_CONF)
+        if host is None and self.connect:
+            host = client_address(self.spark)  # spark.driver.host is the server's, not ours
         if host is None:
             try:
                 host = self.spark.conf.get("spark.driver.host", None)
@@ -649,6 +683,12 @@ class ResidentTransport(Transport):
                 "network, or give ResidentTransport(host=...)"
             )
         return host
+
+    def _advertised(self, host: str, port: int) -> tuple[str, int]:
+        from .connect import ADVERTISE_CONF, conf_value, parse_advertise
+
+        value = self._advertise or conf_value(self.spark, ADVERTISE_CONF)
+        return (host, port) if not value else parse_advertise(value, port)
 
     def _spawn(self, target: Any, name: str, *args: Any) -> threading.Thread:
         t = threading.Thread(target=target, name=name, args=args, daemon=True)
@@ -683,7 +723,17 @@ class ResidentTransport(Transport):
                     break
                 self._lock.wait(min(left, 0.25))
             reached = len(self._owners)
-        host, port = self.address or ("?", 0)
+        host, port = self.advertised or self.address or ("?", 0)
+        if reached == 0 and self.connect:
+            bound = self.address or ("?", 0)
+            listening = "" if (host, port) == bound else f" (listening on {bound[0]}:{bound[1]})"
+            raise RuntimeError(
+                f"no resident task connected back to this Spark Connect client at {host}:{port}"
+                f"{listening} within {self.connect_timeout:.0f} s: the executors cannot reach the "
+                "client (or have no free slot); set spark.async_spark.resident.advertise="
+                "HOST[:PORT] (or SPARK_ASYNC_SPARK_RESIDENT_ADVERTISE) to an address of this "
+                "machine that the executors can reach, or run the client on the cluster's network"
+            )
         if reached == 0:
             raise RuntimeError(
                 f"no resident task connected to the driver at {host}:{port} within "

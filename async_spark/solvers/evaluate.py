@@ -3,7 +3,9 @@
 All snapshots of a run are evaluated in **one** Spark job over the blocks (each task computes the
 loss of every snapshot on its cached block), in the scheduler pool ``eval``, after training or in
 a side thread; so measuring never slows the run it measures. Without Spark the same code runs
-in-process.
+in-process. On a Spark Connect session (no SparkContext, no broadcast) the job is a ``mapInArrow``
+over ``spark.range(P, numPartitions=P)``, the snapshots travelling in its closure (in chunks of at
+most 16 MiB).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from .worker import snapshot_losses
 __all__ = ["Evaluator"]
 
 _MAX_BROADCAST_BYTES = 64 * 2**20
+_MAX_CLOSURE_BYTES = 16 * 2**20  # Connect: the snapshots travel in the plan (a gRPC message)
+_LOSSES_SCHEMA = "rows long, sums binary"
 
 
 class Evaluator:
@@ -35,6 +39,8 @@ class Evaluator:
         None evaluates in this process.
     pool : str
         FAIR scheduler pool of the evaluation jobs.
+    spark : SparkSession, optional
+        A Spark Connect session (used when ``sc`` is None): one ``mapInArrow`` job per chunk.
     """
 
     def __init__(
@@ -44,8 +50,10 @@ class Evaluator:
         n: int,
         sc: Any = None,
         pool: str = "eval",
+        spark: Any = None,
     ) -> None:
         self.source = source
+        self.spark = spark if sc is None else None
         self.model = model
         self.n = n
         self.sc = sc
@@ -59,7 +67,8 @@ class Evaluator:
         thetas = np.atleast_2d(np.asarray(thetas, dtype=np.float64))
         if thetas.shape[0] == 0:
             return np.zeros(0)
-        per_chunk = max(1, _MAX_BROADCAST_BYTES // max(1, thetas[0].nbytes))
+        limit = _MAX_CLOSURE_BYTES if self.spark is not None else _MAX_BROADCAST_BYTES
+        per_chunk = max(1, limit // max(1, thetas[0].nbytes))
         sums = np.concatenate(
             [self._loss_sums(thetas[i : i + per_chunk]) for i in range(0, len(thetas), per_chunk)]
         )
@@ -69,7 +78,9 @@ class Evaluator:
 
     def _loss_sums(self, thetas: np.ndarray) -> np.ndarray:
         source, model = self.source, self.model
-        if self.sc is None:
+        if self.spark is not None:
+            parts = self._connect_loss_sums(thetas)
+        elif self.sc is None:
             parts = list(snapshot_losses(source, model, thetas, range(source.num_blocks)))
         else:
             sc = self.sc
@@ -89,3 +100,36 @@ class Evaluator:
         if rows != self.n:
             raise RuntimeError(f"evaluation saw {rows} rows, the dataset has {self.n}")
         return np.sum([s for s, _ in parts], axis=0)
+
+    def _connect_loss_sums(self, thetas: np.ndarray) -> list[tuple[np.ndarray, int]]:
+        P = self.source.num_blocks
+        spark: Any = self.spark
+        frame = spark.range(P, numPartitions=P).mapInArrow(
+            _ArrowLosses(self.source, self.model, np.ascontiguousarray(thetas)), _LOSSES_SCHEMA
+        )
+        K = len(thetas)
+        return [
+            (np.frombuffer(row["sums"], dtype=np.float64, count=K), int(row["rows"]))
+            for row in frame.collect()
+        ]
+
+
+class _ArrowLosses:
+    """``mapInArrow`` function: the loss sums of every snapshot on each block id of the batch."""
+
+    def __init__(self, source: BlockSource, model: LinearModel, thetas: np.ndarray) -> None:
+        self.source, self.model, self.thetas = source, model, thetas
+
+    def __call__(self, batches: Any) -> Any:
+        import pyarrow as pa
+
+        for batch in batches:
+            blocks = [int(b) for b in batch.column(0).to_pylist()]
+            parts = list(snapshot_losses(self.source, self.model, self.thetas, blocks))
+            yield pa.RecordBatch.from_pydict(
+                {
+                    "rows": [rows for _, rows in parts],
+                    "sums": [np.asarray(s, dtype=np.float64).tobytes() for s, _ in parts],
+                },
+                schema=pa.schema([("rows", pa.int64()), ("sums", pa.binary())]),
+            )

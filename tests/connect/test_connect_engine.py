@@ -1,0 +1,123 @@
+"""Linear runs from a Spark Connect session (a local[2] Connect server in a child process): the
+resident transport's one mapInArrow job, no SparkContext, no broadcast."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import numpy as np
+import pytest
+
+from async_spark.data.dataset import open_dataset
+from async_spark.engine.connect import ConnectUnsupported, connect_mode, is_connect
+from async_spark.solvers import TrainConfig, train_linear
+
+pytestmark = [pytest.mark.connect, pytest.mark.spark]
+
+
+@pytest.fixture(scope="module")
+def cancer():
+    return open_dataset("builtin:breast_cancer", 4, standardize=True, loss="logistic")
+
+
+def _cfg(**kw):
+    base = dict(
+        data="builtin:breast_cancer",
+        partitions=4,
+        l2=1e-2,
+        seed=3,
+        batch_fraction=0.2,
+        quiet=True,
+        eval_every=1e9,
+    )
+    return TrainConfig(**{**base, **kw})
+
+
+def test_a_seeded_synchronous_run_is_bit_identical_to_the_classic_session(connect, spark, cancer):
+    assert is_connect(connect) and not is_connect(spark)
+    with_connect = train_linear(_cfg(method="sgd", max_updates=25), spark=connect, dataset=cancer)
+    before = connect_mode(False)  # the classic session's turn: pyspark's Connect flag off
+    try:
+        classic = train_linear(_cfg(method="sgd", max_updates=25), spark=spark, dataset=cancer)
+    finally:
+        connect_mode(before)
+    assert with_connect.config.transport == classic.config.transport == "resident"
+    np.testing.assert_array_equal(with_connect.theta, classic.theta)
+    assert with_connect.updates == classic.updates == 25
+    # the objective, evaluated off the clock by a mapInArrow job (no broadcast), is the same too
+    assert with_connect.final_objective == classic.final_objective
+    assert with_connect.engine_snapshot["counts"]["failed"] == 0
+
+
+def test_an_asynchronous_run_with_stragglers_converges(connect, cancer):
+    from sklearn.linear_model import LogisticRegression
+
+    from async_spark.models.linear import LinearModel, objective, pack_params
+
+    result = train_linear(
+        _cfg(
+            method="asaga",
+            max_updates=1000,  # a count, not a time budget: the same work on a loaded machine
+            step=0.2,
+            batch_fraction=0.25,
+            stragglers="intensity:4",  # block 0 sleeps 4x the task time
+            straggler_base=0.005,
+            eval_every=0.5,
+        ),
+        spark=connect,
+        dataset=cancer,
+    )
+    blocks = [cancer[0].load(p) for p in range(4)]
+    X = np.vstack([b.X for b in blocks])
+    y = np.concatenate([b.y for b in blocks])
+    sk = LogisticRegression(C=1.0 / (len(y) * 1e-2), tol=1e-12, max_iter=10_000).fit(X, y)
+    model = LinearModel("logistic", X.shape[1], l2=1e-2)
+    f_star = objective(model, pack_params(model, sk.coef_[0], sk.intercept_[0]), blocks)
+    gap = (result.final_objective - f_star) / f_star
+    summary = result.summary()
+    # from ln 2 at w = 0 (a gap of ~6) to within 0.1% of the optimum (1.5e-4 in-process)
+    assert gap < 1e-3, gap
+    print(f"gap {gap:.2e} after {result.updates} updates in {result.wall_seconds:.1f} s")
+    assert result.updates == 1000
+    assert summary["max_staleness"] >= 1  # results did arrive stale: it ran asynchronously
+    # block 0 straggled, and so did block 2, served after it by the same resident task (of 2)
+    per_block = summary["task_seconds"]["per_block"]
+    assert min(per_block[0], per_block[2]) > 2 * max(per_block[1], per_block[3]), per_block
+    assert result.engine_snapshot["counts"]["failed"] == 0
+
+
+def test_the_job_transport_is_refused_on_connect_with_one_clear_error(connect, cancer):
+    with pytest.raises(ConnectUnsupported, match=r"--transport jobs needs a classic Spark session"):
+        train_linear(
+            _cfg(method="sgd", max_updates=2, transport="jobs"), spark=connect, dataset=cancer
+        )
+
+
+def test_executors_that_cannot_reach_the_client_fail_in_bounded_time_leaving_no_task(
+    connect, spark_ui, cancer
+):
+    # A real unreachable client: the tasks are told to dial a port where nothing listens.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    connect.conf.set("spark.async_spark.resident.advertise", f"127.0.0.1:{dead}")
+    connect.conf.set("spark.async_spark.resident.connectTimeout", "12")
+    failed_before = len(spark_ui.jobs("failed"))
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(RuntimeError) as info:
+            train_linear(_cfg(method="sgd", max_updates=5), spark=connect, dataset=cancer)
+        took = time.monotonic() - t0
+    finally:
+        connect.conf.unset("spark.async_spark.resident.advertise")
+        connect.conf.unset("spark.async_spark.resident.connectTimeout")
+    message = str(info.value)
+    assert "\n" not in message
+    assert f"127.0.0.1:{dead}" in message
+    assert "executors cannot reach the client" in message
+    assert "spark.async_spark.resident.advertise" in message
+    assert took < 60, took
+    # nothing is left running on the server: the resident job was interrupted by its tag
+    spark_ui.wait_idle(10)
+    assert len(spark_ui.jobs("failed")) > failed_before  # it had started, and was stopped
