@@ -31,6 +31,7 @@ import functools
 import logging
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -80,6 +81,9 @@ class TrainResult:
     source: Any = None  # the blocks trained on (their standardization, to undo it)
     # the step safeguard's changes (see .safeguard): {"final_step", "lowered": [...]}, or None
     step_safeguard: dict[str, Any] | None = None
+    # from the call to train_linear to the engine's start (data opened and scanned, step chosen,
+    # the transport's tasks started): the fixed cost a user pays before the first update
+    setup_seconds: float | None = None
 
     def coefficients(self) -> tuple[np.ndarray, np.ndarray]:
         """Weights ``(K, d)`` and intercepts ``(K,)`` for the raw (unstandardized) features."""
@@ -115,6 +119,7 @@ class TrainResult:
             "cancelled": c["cancelled"],
             "failed": c["failed"],
             "dispatched": c["dispatched"],
+            "setup_seconds": self.setup_seconds,
             "wall_seconds": self.wall_seconds,
             "final_objective": self.final_objective,
             "target_objective": self.config.target_objective,
@@ -166,10 +171,7 @@ def build_model(config: TrainConfig, desc: DatasetDescriptor, source: Any = None
 
 
 def _job_transport(spark: Any, config: TrainConfig) -> Transport:
-    from async_spark.engine.connect import require_classic
     from async_spark.engine.spark import SparkTransport
-
-    require_classic(spark, "--transport jobs", "use --transport resident (the default)")
 
     return SparkTransport(spark.sparkContext, pool="async", publisher=config.publisher)
 
@@ -193,9 +195,8 @@ def _start(engine: Any, rebuild: Any, spark: Any, config: TrainConfig) -> Any:
     except Exception as exc:  # noqa: BLE001 - any failure to start resident tasks falls back
         from async_spark.engine.resident import ResidentTransport
 
-        transport = getattr(engine, "transport", None)
-        if not isinstance(transport, ResidentTransport) or transport.connect:
-            raise  # on Spark Connect there is no job transport to fall back to
+        if not isinstance(getattr(engine, "transport", None), ResidentTransport):
+            raise
         engine.close()
         reason = " ".join(str(exc).split())[:300]
         log.warning("resident transport could not start (%s); using --transport jobs", reason)
@@ -247,6 +248,7 @@ def train_linear(
         A progress bar (tqdm; a widget in a notebook) on stderr; default: unless
         ``config.quiet``.
     """
+    called = time.perf_counter()  # setup_seconds: the user's call to the engine's start
     # Setup, once: validate -> step size -> rule.
     config.validate()
     source, desc = config.open_data() if dataset is None else dataset
@@ -271,6 +273,7 @@ def train_linear(
             penalty=functools.partial(regularizer, problem.model),
             window=max(2 * desc.num_blocks, 8),
             grace=desc.num_blocks,
+            log_level=logging.INFO if config.quiet else logging.WARNING,
         )
         if config.step_safeguard
         else None
@@ -299,11 +302,8 @@ def train_linear(
         messages.dispatched(ticket.block, ticket.task_id, memo)
         return args._replace(extra=extra)
 
-    from async_spark.engine.connect import is_connect
-
-    connect = is_connect(spark)
-    sc = None if spark is None or connect else spark.sparkContext
-    evaluator = Evaluator(source, problem.model, desc.n, sc=sc, spark=spark if connect else None)
+    sc = None if spark is None else spark.sparkContext
+    evaluator = Evaluator(source, problem.model, desc.n, sc=sc)
     run_name = f"{config.method}-{desc.dataset_id[:24]}"
 
     def make_engine(chosen: Transport | None) -> Any:
@@ -393,6 +393,7 @@ def train_linear(
 
     try:
         engine = _start(engine, make_engine, spark, config)
+        setup_seconds = time.perf_counter() - called
         with engine:
             end = run_updates(
                 engine,
@@ -436,4 +437,5 @@ def train_linear(
         momentum={**step.info, "damping": config.momentum_damping} if row.momentum else {},
         source=source,
         step_safeguard=None if safeguard is None else safeguard.summary(),
+        setup_seconds=setup_seconds,
     )

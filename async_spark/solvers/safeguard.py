@@ -85,6 +85,7 @@ class StepSafeguard:
     factor: float = 0.5
     grace: int = 0
     max_changes: int = 20
+    log_level: int = logging.WARNING  # of the line each change logs (INFO for quiet runs)
     changes: list[dict[str, float]] = field(default_factory=list)
     _stats: np.ndarray = field(default_factory=lambda: np.zeros(3))
     _seen: int = 0
@@ -132,7 +133,8 @@ class StepSafeguard:
                 "best_objective": best.value,
             }
         )
-        log.warning(
+        log.log(
+            self.log_level,
             "step lowered from %.3g to %.3g at update %d: the tasks' sampled objective rose "
             "from %.6g to %.6g",
             self.gamma,
