@@ -171,7 +171,10 @@ def build_model(config: TrainConfig, desc: DatasetDescriptor, source: Any = None
 
 
 def _job_transport(spark: Any, config: TrainConfig) -> Transport:
+    from async_spark.engine.connect import require_classic
     from async_spark.engine.spark import SparkTransport
+
+    require_classic(spark, "--transport jobs", "use --transport resident (the default)")
 
     return SparkTransport(spark.sparkContext, pool="async", publisher=config.publisher)
 
@@ -195,8 +198,9 @@ def _start(engine: Any, rebuild: Any, spark: Any, config: TrainConfig) -> Any:
     except Exception as exc:  # noqa: BLE001 - any failure to start resident tasks falls back
         from async_spark.engine.resident import ResidentTransport
 
-        if not isinstance(getattr(engine, "transport", None), ResidentTransport):
-            raise
+        transport = getattr(engine, "transport", None)
+        if not isinstance(transport, ResidentTransport) or transport.connect:
+            raise  # on Spark Connect there is no job transport to fall back to
         engine.close()
         reason = " ".join(str(exc).split())[:300]
         log.warning("resident transport could not start (%s); using --transport jobs", reason)
@@ -302,8 +306,11 @@ def train_linear(
         messages.dispatched(ticket.block, ticket.task_id, memo)
         return args._replace(extra=extra)
 
-    sc = None if spark is None else spark.sparkContext
-    evaluator = Evaluator(source, problem.model, desc.n, sc=sc)
+    from async_spark.engine.connect import is_connect
+
+    connect = is_connect(spark)
+    sc = None if spark is None or connect else spark.sparkContext
+    evaluator = Evaluator(source, problem.model, desc.n, sc=sc, spark=spark if connect else None)
     run_name = f"{config.method}-{desc.dataset_id[:24]}"
 
     def make_engine(chosen: Transport | None) -> Any:
