@@ -19,6 +19,11 @@ Limits of that choice:
   and the column moments for ``standardization``): one full read of the staged data by one
   process. Fine up to a few GB; beyond that the scan dominates the fit.
 - The staged copy costs disk space of the size of the feature column (Snappy-compressed).
+
+On a Spark Connect session the same holds: the Connect server writes the staged folder and this
+client process (the driver of the run, where the resident transport's server lives) scans it, so
+``stagingDir`` must be visible under the same path to the client, the server and the executors (a
+local Connect server, or a shared mount).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from async_spark.data.arrays import default_staging_dir
 from async_spark.data.dataset import open_dataset
 from async_spark.data.errors import DataError
 from async_spark.data.transform import MAX_CLASSES
+from async_spark.engine.connect import default_parallelism, is_connect
 from async_spark.solvers.config import ConfigError, TrainConfig
 from async_spark.solvers.linear import TrainResult, train_linear
 from async_spark.solvers.outputs import original_scale
@@ -282,7 +288,7 @@ def _fit_staged(
     spark = dataset.sparkSession
     features, label = params.getFeaturesCol(), params.getLabelCol()
     n, d = stats.n, stats.d
-    P = params.getNumPartitions() or int(spark.sparkContext.defaultParallelism)
+    P = params.getNumPartitions() or default_parallelism(spark)
     P = max(1, min(P, n))
     dense = None
     if d <= _DENSE_MAX_FEATURES and stats.nnz >= _DENSE_MIN_DENSITY * n * d:
@@ -295,14 +301,16 @@ def _fit_staged(
     try:
         from pyspark.sql import functions as F
 
-        sc = spark.sparkContext
-        sc.setJobDescription(f"async_spark.ml: stage {features!r}, {label!r} as Parquet")
+        sc = None if is_connect(spark) else spark.sparkContext  # Connect has no SparkContext
+        if sc is not None:
+            sc.setJobDescription(f"async_spark.ml: stage {features!r}, {label!r} as Parquet")
         try:
             dataset.select(
                 F.col(features).alias("features"), F.col(label).cast("double").alias("label")
             ).write.parquet("file://" + path)
         finally:
-            sc.setJobDescription(None)
+            if sc is not None:
+                sc.setJobDescription(None)
         source, desc = open_dataset(
             path,
             P,

@@ -30,6 +30,17 @@ class LinearModelWriter(MLWriter):
         super().__init__()
         self.instance = instance
 
+    def _handleOverwrite(self, path: str) -> None:
+        """``overwrite()`` on Spark Connect, which has no JVM handle: Spark itself replaces
+        ``path`` (a write in mode overwrite clears it on any file system it can write)."""
+        from async_spark.engine.connect import is_connect
+
+        spark = self.sparkSession
+        if not is_connect(spark):
+            super()._handleOverwrite(path)
+            return
+        spark.createDataFrame([], "x int").write.mode("overwrite").parquet(path)
+
     def saveImpl(self, path: str) -> None:
         inst = self.instance
         W = np.asarray(inst._W, dtype=np.float64)
