@@ -78,11 +78,16 @@ def parse_step(text: str) -> float | str:
         raise argparse.ArgumentTypeError(f"expected a number or 'auto', got {text!r}") from None
 
 
-def add_master_and_conf(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    """``--master`` and ``--conf KEY=VALUE`` (repeatable), on a parser or an argument group."""
+def add_master_and_conf(
+    p: argparse.ArgumentParser | argparse._ArgumentGroup, *, remote: bool = False
+) -> None:
+    """``--master``, ``--remote`` and ``--conf KEY=VALUE`` (repeatable), on a parser or an
+    argument group."""
     p.add_argument(
         "--master", default=None, help="Spark master URL (default: spark-submit's, else local[*])"
     )
+    if remote:
+        add_remote(p)
     p.add_argument(
         "--conf",
         action="append",
@@ -92,9 +97,21 @@ def add_master_and_conf(p: argparse.ArgumentParser | argparse._ArgumentGroup) ->
     )
 
 
-def add_spark_arguments(p: argparse.ArgumentParser) -> None:
-    """``--master``, ``--conf`` and ``--debug``: the options of every Spark subcommand."""
-    add_master_and_conf(p)
+def add_remote(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``--remote URL``: a Spark Connect session (commands that run on one)."""
+    p.add_argument(
+        "--remote",
+        default=None,
+        metavar="URL",
+        help="Spark Connect server (sc://HOST:PORT, or local[N] to start one here; default: "
+        "$SPARK_REMOTE if set); tasks must reach this machine: see docs/connect.md",
+    )
+
+
+def add_spark_arguments(p: argparse.ArgumentParser, *, remote: bool = False) -> None:
+    """``--master``, ``--conf`` and ``--debug``: the options of every Spark subcommand (and
+    ``--remote`` for those that run on Spark Connect)."""
+    add_master_and_conf(p, remote=remote)
     p.add_argument("--debug", action="store_true", help="show tracebacks")
 
 
@@ -185,17 +202,36 @@ def spark_session(
     app_name: str,
     conf: list[str],
     log_file: str | os.PathLike[str] | None = None,
+    remote: str | None = None,
+    connect: bool = False,
 ) -> Iterator[Any]:
     """A session for one command; stopped at the end unless it was already running.
 
     A notebook's or a test's active session is reused and left running. With ``log_file``, a
     JVM started here writes Spark's log (and, in local mode, the Python workers' stderr) there
-    instead of the terminal.
+    instead of the terminal. With ``connect`` (a command that runs on Spark Connect), ``remote``
+    (else ``$SPARK_REMOTE``) makes it a Spark Connect session
+    (:func:`async_spark.engine.connect.remote_session`).
     """
     from pyspark.sql import SparkSession
 
-    from async_spark.engine.session import build_session
+    from async_spark.engine.session import build_session, parse_conf_pairs
 
+    remote = (remote or os.environ.get("SPARK_REMOTE") or None) if connect else None
+    if remote is not None:
+        from async_spark.engine.connect import remote_session
+
+        if master is not None:
+            raise ValueError(
+                f"--master {master} and --remote {remote}: give one (a Spark Connect server "
+                "runs its own master)"
+            )
+        spark = remote_session(remote, app_name=app_name, conf=parse_conf_pairs(conf))
+        try:
+            yield spark
+        finally:
+            spark.stop()
+        return
     owned = SparkSession.getActiveSession() is None
     spark = build_session(master, app_name=app_name, conf=conf, log_file=log_file)
     try:
@@ -207,11 +243,13 @@ def spark_session(
 
 def _usage_errors() -> tuple[type[BaseException], ...]:
     """Errors that mean bad input, options or environment (exit code 2)."""
+    from async_spark.engine.connect import ConnectUnsupported
     from async_spark.engine.session import ExecutorEnvironmentError, JavaNotFoundError
     from async_spark.reporting.tracking import TrackingError
 
     return (
         ValueError,
+        ConnectUnsupported,
         OSError,
         ImportError,
         JavaNotFoundError,

@@ -191,7 +191,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         "seconds and updates (async-spark plot draws more panels)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    add_spark_arguments(p)
+    add_spark_arguments(p, remote=True)
 
 
 def method_names(text: str) -> list[str]:
@@ -366,7 +366,12 @@ def run_train(args: argparse.Namespace) -> int:
             with (
                 quiet_logging(args.log_file),
                 spark_session(
-                    args.master, "async-spark train", args.conf, log_file=args.log_file
+                    args.master,
+                    "async-spark train",
+                    args.conf,
+                    log_file=args.log_file,
+                    remote=args.remote,
+                    connect=True,
                 ) as spark,
             ):
                 check_executors_or_fail(spark)

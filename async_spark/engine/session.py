@@ -245,6 +245,14 @@ def probe(_rows):
         pass
     return [{"python": "%d.%d.%d" % sys.version_info[:3], "executable": sys.executable,
              "host": host, "modules": found}]
+
+def probe_arrow(batches):
+    import json
+    import pyarrow as pa
+    for _ in batches:
+        pass
+    answer = json.dumps(probe(None)[0])
+    yield pa.RecordBatch.from_pydict({"answer": [answer]})
 """
 
 FIX_HINT = (
@@ -256,10 +264,10 @@ FIX_HINT = (
 )
 
 
-def _probe_function(modules: tuple[str, ...]) -> Any:
+def _probe_function(modules: tuple[str, ...], name: str = "probe") -> Any:
     namespace: dict[str, Any] = {"__name__": "_async_spark_executor_probe", "MODULES": modules}
     exec(compile(_PROBE_SOURCE, "<async_spark executor probe>", "exec"), namespace)
-    return namespace["probe"]
+    return namespace[name]
 
 
 def _driver_versions(modules: tuple[str, ...]) -> dict[str, str | None]:
@@ -318,21 +326,25 @@ def check_executors(
         One line: what the executor lacks or has at another version, and the fix
         (``spark.pyspark.python`` or a packed environment with ``--archives``).
     """
-    sc = spark.sparkContext
-    if not force and _executors_are_the_driver(sc):
-        return None
-    probe = _probe_function(tuple(modules))
-    sc.setJobDescription("async-spark: check the executors' Python environment")
-    try:
-        answer = sc.parallelize([0], 1).mapPartitions(probe).collect()[0]
-    except Exception as exc:  # the worker could not start at all (no such interpreter, ...)
-        reason = _first_line_of_java_error(exc)
-        python = sc.getConf().get("spark.pyspark.python", None) or sc.pythonExec
-        raise ExecutorEnvironmentError(
-            f"the executors could not run a Python task with {python!r} ({reason}); " + FIX_HINT
-        ) from None
-    finally:
-        sc.setJobDescription(None)
+    from .connect import is_connect
+
+    if is_connect(spark):  # no SparkContext: the probe is a one-row mapInArrow job
+        import json
+
+        probe = _probe_function(tuple(modules), "probe_arrow")
+        try:
+            rows = spark.range(1, numPartitions=1).mapInArrow(probe, "answer string").collect()
+            answer = json.loads(rows[0]["answer"])
+        except Exception as exc:
+            reason = _first_line_of_java_error(exc)
+            raise ExecutorEnvironmentError(
+                f"the Spark Connect server's executors could not run a Python task ({reason}); "
+                + FIX_HINT
+            ) from None
+    else:
+        answer = _classic_probe(spark.sparkContext, modules, force)
+        if answer is None:
+            return None
     driver = _driver_versions(tuple(modules))
     found = answer["modules"]
     where = f"the executors' Python ({answer['executable']}, Python {answer['python']} on {answer['host']})"
@@ -352,6 +364,23 @@ def check_executors(
             f"{where} has other versions than the driver: {', '.join(mismatched)}; " + FIX_HINT
         )
     return dict(answer)
+
+
+def _classic_probe(sc: Any, modules: tuple[str, ...], force: bool) -> dict[str, Any] | None:
+    if not force and _executors_are_the_driver(sc):
+        return None
+    probe = _probe_function(tuple(modules))
+    sc.setJobDescription("async-spark: check the executors' Python environment")
+    try:
+        return dict(sc.parallelize([0], 1).mapPartitions(probe).collect()[0])
+    except Exception as exc:  # the worker could not start at all (no such interpreter, ...)
+        reason = _first_line_of_java_error(exc)
+        python = sc.getConf().get("spark.pyspark.python", None) or sc.pythonExec
+        raise ExecutorEnvironmentError(
+            f"the executors could not run a Python task with {python!r} ({reason}); " + FIX_HINT
+        ) from None
+    finally:
+        sc.setJobDescription(None)
 
 
 def _first_line_of_java_error(exc: BaseException) -> str:
