@@ -8,8 +8,11 @@ the same table with :func:`print_results`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
+import os
+import re
 import signal
 import sys
 import threading
@@ -103,7 +106,12 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         default=0.1,
         help="b in (0, 1]: fraction of its block a task samples",
     )
-    p.add_argument("--partitions", type=parse_int, default=8, help="P >= 1: number of blocks")
+    p.add_argument(
+        "--partitions",
+        type=parse_int,
+        default=None,
+        help="P >= 1: number of blocks (default: the session's task slots, e.g. 2 on local[2])",
+    )
     p.add_argument(
         "--beta", type=parse_float, default=None, help="partial barrier in (0, 1] (async methods)"
     )
@@ -326,6 +334,21 @@ def _install_stop_handlers(stop: threading.Event, received: list[int]) -> dict[A
     return previous
 
 
+def predicted_slots(master: str | None) -> int:
+    """The task slots (Spark's default parallelism) a master URL promises: ``local[N]`` N,
+    ``local[*]`` (and no master: spark-submit's default) the cores, ``local`` 1,
+    ``local-cluster[W,C,M]`` max(W·C, 2); any other master 8, corrected once the session runs."""
+    spec = master or "local[*]"
+    local = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?", spec)
+    if local:
+        n = local.group(1)
+        return 1 if n is None else (os.cpu_count() or 1) if n == "*" else max(1, int(n))
+    cluster = re.fullmatch(r"local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*\d+\s*\]", spec)
+    if cluster:
+        return max(int(cluster.group(1)) * int(cluster.group(2)), 2)
+    return 8
+
+
 def run_train(args: argparse.Namespace) -> int:
     """Open the data once, then run each method on the same session and blocks."""
     from async_spark.solvers.linear import train_linear
@@ -354,9 +377,13 @@ def run_train(args: argparse.Namespace) -> int:
     out = args.resume if args.resume is not None else args.out
     args.log_file = log_path(out, "train")  # main() names it when the run fails
     try:
+        # The data is opened (and checked) before Spark starts; without --partitions, P is the
+        # task slots the master promises, checked against the session's once it runs.
+        slots = predicted_slots(args.master)
+        configs = [c if c.partitions else dataclasses.replace(c, partitions=slots) for c in configs]
         first = configs[0]
         dataset = first.open_data()
-        if resume is not None:  # refuse a mismatch before Spark starts
+        if resume is not None:  # refuse a mismatch before Spark starts (P is stored)
             from async_spark.solvers.checkpoint import check_compatible
             from async_spark.solvers.linear import build_model
 
@@ -375,6 +402,13 @@ def run_train(args: argparse.Namespace) -> int:
                 ) as spark,
             ):
                 check_executors_or_fail(spark)
+                if not args.partitions and resume is None:
+                    actual = dataclasses.replace(configs[0], partitions=None).for_session(spark)
+                    if actual.partitions != first.partitions:  # a master the guess missed
+                        configs = [
+                            dataclasses.replace(c, partitions=actual.partitions) for c in configs
+                        ]
+                        dataset = configs[0].open_data()
                 for cfg, run in zip(configs, tracked, strict=True):
                     if stop.is_set():
                         break

@@ -46,6 +46,7 @@ STEP_RULES = ("constant", "sqrt", "staleness")
 #: (standardization is then a preconditioner only; the minimizer is the raw problem's) or the
 #: standardized columns' (pyspark.ml's and glmnet's ``standardization=True``).
 PENALTY_ON = ("original", "standardized")
+IN_PROCESS_PARTITIONS = 8  # blocks of a run without Spark (its tasks are threads)
 FORMATS = ("auto", "libsvm", "parquet")
 PUBLISHERS = ("broadcast", "inline")
 TRANSPORTS = ("resident", "jobs")
@@ -72,7 +73,9 @@ class TrainConfig:
     momentum: float | None = None  # beta for hb/ag/apg with an explicit --step
     momentum_damping: float = 0.0  # beta / (1 + c * staleness) for asynchronous momentum
     batch_fraction: float = 0.1
-    partitions: int = 8
+    # P, the number of blocks; None: the session's task slots (Spark's default parallelism, so no
+    # more blocks than tasks can run at once unless asked), 8 for an in-process run
+    partitions: int | None = None
     beta: float | None = None
     tau: int | None = None
     ssp: int | None = None
@@ -111,7 +114,8 @@ class TrainConfig:
             check_choice("step_rule", self.step_rule, STEP_RULES)
         self._validate_momentum()
         check_fraction("batch_fraction", self.batch_fraction)
-        check_int("partitions", self.partitions, 1)
+        if self.partitions is not None:
+            check_int("partitions", self.partitions, 1)
         self._validate_policy()
         try:
             self.straggler_model()
@@ -197,10 +201,24 @@ class TrainConfig:
             ssp=None if self.ssp is None else StaleSynchronous(self.ssp),
         )
 
+    def for_session(self, spark: Any) -> TrainConfig:
+        """This config with ``partitions`` set: as given, else the session's task slots (8 for an
+        in-process run, ``spark=None``)."""
+        if self.partitions is not None:
+            return self
+        if spark is None:
+            return dataclasses.replace(self, partitions=IN_PROCESS_PARTITIONS)
+        from async_spark.engine.connect import default_parallelism
+
+        return dataclasses.replace(self, partitions=default_parallelism(spark))
+
     def open_data(self) -> tuple[Any, Any]:
-        """The run's dataset as ``(BlockSource, DatasetDescriptor)`` (see ``open_dataset``)."""
+        """The run's dataset as ``(BlockSource, DatasetDescriptor)`` (see ``open_dataset``);
+        ``partitions`` must be set (see :meth:`for_session`)."""
         from async_spark.data.dataset import open_dataset
 
+        if self.partitions is None:
+            raise ConfigError("partitions", "is not set: call for_session(spark) first")
         return open_dataset(
             self.data,
             self.partitions,

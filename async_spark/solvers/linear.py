@@ -255,6 +255,9 @@ def train_linear(
     called = time.perf_counter()  # setup_seconds: the user's call to the engine's start
     # Setup, once: validate -> step size -> rule.
     config.validate()
+    if dataset is not None and config.partitions is None:
+        config = dataclasses.replace(config, partitions=dataset[1].num_blocks)
+    config = config.for_session(spark)
     source, desc = config.open_data() if dataset is None else dataset
     problem = Problem(build_model(config, desc, source), source, desc)
     row = method(config.method)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from async_spark.ml._fit import _param_name
@@ -56,3 +58,23 @@ def test_method_lists_are_read_from_the_method_table():
     assert set(SYNC_METHODS) == {m for m, row in METHODS.items() if row.synchronous}
     for name in LINEAR_METHODS:
         assert TrainConfig(method=name).validate().synchronous is METHODS[name].synchronous
+
+
+@pytest.mark.parametrize(
+    ("master", "slots"),
+    [
+        ("local", 1),
+        ("local[3]", 3),
+        ("local[4,2]", 4),
+        ("local[*]", os.cpu_count()),
+        (None, os.cpu_count()),
+        ("local-cluster[2,1,1024]", 2),
+        ("local-cluster[1,1,1024]", 2),  # Spark's default parallelism is at least 2 on a cluster
+        ("local-cluster[3, 2, 512]", 6),
+        ("spark://host:7077", 8),  # unknown until the session runs (then corrected)
+    ],
+)
+def test_the_cli_predicts_the_task_slots_of_a_master(master, slots):
+    from async_spark.cli.train import predicted_slots
+
+    assert predicted_slots(master) == slots

@@ -61,3 +61,16 @@ def test_asaga_on_resident_tasks_reaches_the_optimum_quickly(spark, cancer):
     assert result.updates > 2000, result.updates
     assert gap < 1e-4, gap
     assert result.engine_snapshot["counts"]["failed"] == 0
+
+
+def test_default_partitions_are_the_sessions_task_slots(spark):
+    """No more blocks than tasks can run at once unless asked: the session here is local[4, 2]."""
+    assert TrainConfig().partitions is None
+    cfg = TrainConfig(data="builtin:breast_cancer", max_updates=5, quiet=True, eval_every=1e9)
+    result = train_linear(cfg, spark=spark)
+    assert spark.sparkContext.defaultParallelism == 4
+    assert result.summary()["partitions"] == 4 and result.config.partitions == 4
+    # in-process runs (no Spark) keep 8 emulated workers; an explicit value always wins
+    assert train_linear(cfg).descriptor.num_blocks == 8
+    explicit = TrainConfig(**{**cfg.as_dict(), "partitions": 3})
+    assert train_linear(explicit, spark=spark).descriptor.num_blocks == 3
