@@ -12,8 +12,8 @@ rules too, checked when :meth:`fit` starts.
 
 Sentinels (so that every Param has a plain JSON default, as pyspark.ml writers need):
 
-- ``stepSize = 0.0`` means **auto** (from the data, see :func:`async_spark.optim.steps.auto_step`
-  and the momentum rule); the string ``"auto"`` is accepted and stored as 0.0;
+- ``stepSize = 0.0`` means **auto** (from the data, see :func:`async_spark.optim.steps.auto_step`,
+  :func:`~async_spark.optim.steps.asynchronous_step` and the momentum rule; ``docs/steps.md``); the string ``"auto"`` is accepted and stored as 0.0;
 - ``timeBudget = 0.0`` means no time limit (``maxUpdates`` stops the run);
 - ``beta = 0.0`` means no partial barrier (fully asynchronous dispatch);
 - ``tau = -1`` means no staleness bound;

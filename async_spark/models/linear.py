@@ -432,7 +432,8 @@ def prox_penalty(model: LinearModel, theta: np.ndarray, step: float) -> np.ndarr
 
 
 def objective(model: LinearModel, theta: np.ndarray, blocks: Iterable[Block]) -> float:
-    r""":math:`F(\theta) = \frac1n\sum_i f_i(\theta) + \frac{\lambda_2}{2}\|W\|^2 + \lambda_1\|W\|_1`."""
+    r""":math:`F(\theta) = \frac1n\sum_i f_i(\theta) + \frac{\lambda_2}{2}\|W/s\|^2 + \lambda_1\|W/s\|_1`
+    (:math:`s = 1` without ``penalty_scale``; see :func:`regularizer`)."""
     total, n = 0.0, 0
     for blk in blocks:
         total += block_loss_sum(model, blk, theta)

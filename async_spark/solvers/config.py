@@ -112,6 +112,11 @@ class TrainConfig:
             )
         if self.step_rule is not None:
             check_choice("step_rule", self.step_rule, STEP_RULES)
+            if METHODS[self.method].momentum:  # (alpha, beta) are a pair: no schedule for alpha
+                raise ConfigError(
+                    "step_rule",
+                    f"applies to the methods without momentum, not {escape(str(self.method))}",
+                )
         self._validate_momentum()
         check_fraction("batch_fraction", self.batch_fraction)
         if self.partitions is not None:

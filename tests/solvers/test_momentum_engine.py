@@ -107,6 +107,7 @@ def test_staleness_damping_stabilizes_asynchronous_heavy_ball():
         (dict(method="sgd", momentum=0.5), "--momentum applies"),
         (dict(method="aag", momentum_damping=-1.0), "--momentum-damping"),
         (dict(method="ag", tau=3), "--tau applies"),
+        (dict(method="ahb", step_rule="sqrt"), "--step-rule applies to the methods without"),
     ],
 )
 def test_bad_momentum_options(kwargs, needle):
