@@ -17,9 +17,16 @@
    the whole model; and the driver's CPU time per result (every thread of the driver process), next
    to the engine's own share measured with an in-process null transport.
 
+5. The resident transport from a **Spark Connect** session (a Connect server of the same master in
+   a child process, this process its client, where the transport's server lives), at the same
+   dimensions, beside the classic session's resident figure (run after it, on the same machine;
+   ``--no-connect`` skips it, as does a missing Connect client package).
+
 Last lines: ``RESULT engine_throughput_ratio <engine jobs/s / bare jobs/s>``,
-``RESULT resident_vs_jobs_throughput_d100 <x>`` and ``RESULT resident_vs_jobs_throughput_d1e5 <x>``
-(resident results/s over job-transport results/s; medians of alternating pairs).
+``RESULT resident_vs_jobs_throughput_d100 <x>``, ``RESULT resident_vs_jobs_throughput_d1e5 <x>``
+(resident results/s over job-transport results/s; medians of alternating pairs) and
+``RESULT connect_vs_classic_resident_throughput_d100 <x>`` (the Connect session's resident
+results/s over the classic session's, medians; nan when skipped).
 
 Usage: python benchmarks/engine_overhead.py [--quick | --smoke] [--master local[2]] [--threads 4]
        python benchmarks/engine_overhead.py --core-only   # the bookkeeping scaling alone, no Spark
@@ -280,6 +287,44 @@ def broadcast_create_ms(sc, dim: int, reps: int) -> float:
     return statistics.median(times) * 1e3
 
 
+def connect_resident(args, table: dict[int, dict[str, list[float]]], seconds, repeats) -> float:
+    """The resident transport's results/s from a Spark Connect session of ``args.master``, beside
+    the classic session's (``table``); the ratio of the medians at d = 100 (nan if no client)."""
+    try:
+        import grpc  # noqa: F401 - the Connect client packages (.[connect])
+    except ImportError:
+        print("Spark Connect: skipped (no client packages: pip install '.[connect]')")
+        return float("nan")
+    from async_spark.engine.connect import LocalConnectServer, remote_session
+
+    print(f"resident transport from a Spark Connect session ({args.master} server, this client):")
+    with LocalConnectServer(args.master, max_seconds=900) as url:
+        connect = remote_session(url, app_name="engine-overhead-connect")
+        try:
+            one = [np.zeros(1)]
+            run_transport(lambda: ResidentTransport(connect), args.threads, 0.5, one)  # warm-up
+            medians = {}
+            for dim in table:
+                rng = np.random.default_rng(dim)
+                models = [rng.standard_normal(dim) for _ in range(8)]
+                runs = [
+                    run_transport(lambda: ResidentTransport(connect), args.threads, seconds, models)
+                    for _ in range(repeats)
+                ]
+                rates = [r for r, _ in runs]
+                medians[dim] = statistics.median(rates)
+                classic = statistics.median(table[dim]["resident"])
+                print(
+                    f"  d={dim}: Connect {medians[dim]:9.1f} results/s (runs: "
+                    f"{', '.join(f'{x:.1f}' for x in rates)}), classic {classic:9.1f} results/s, "
+                    f"Connect / classic {medians[dim] / classic:.2f}x; driver CPU per result "
+                    f"{statistics.median(u for _, u in runs):.0f} us"
+                )
+        finally:
+            connect.stop()
+    return medians[100] / statistics.median(table[100]["resident"])
+
+
 def main(argv: list[str] | None = None) -> float:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="short run (CI-sized)")
@@ -289,6 +334,9 @@ def main(argv: list[str] | None = None) -> float:
     ap.add_argument("--dim", type=int, default=100_000)
     ap.add_argument("--repeats", type=int, default=None, help="alternating measurement pairs")
     ap.add_argument("--core-only", action="store_true", help="only the bookkeeping scaling")
+    ap.add_argument(
+        "--no-connect", action="store_true", help="skip the Spark Connect session's row"
+    )
     args = ap.parse_args(argv)
     if args.core_only:
         _print_core_scaling(5_000 if args.quick else 20_000)
@@ -358,11 +406,15 @@ def main(argv: list[str] | None = None) -> float:
         transport_ratios = _print_transports(table, args.master, args.threads)
     finally:
         spark.stop()
+    connect_ratio = float("nan")
+    if not args.no_connect:
+        connect_ratio = connect_resident(args, table, seconds, repeats)
     ratio = statistics.median(pair_ratios)
     print(f"  per-pair ratios engine/bare: {', '.join(f'{r:.3f}' for r in pair_ratios)}")
     print(f"RESULT engine_throughput_ratio {ratio:.3f}")
     print(f"RESULT resident_vs_jobs_throughput_d100 {transport_ratios[100]:.1f}")
     print(f"RESULT resident_vs_jobs_throughput_d1e5 {transport_ratios[100_000]:.1f}")
+    print(f"RESULT connect_vs_classic_resident_throughput_d100 {connect_ratio:.2f}")
     return ratio
 
 

@@ -31,6 +31,7 @@ SMOKES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "engine_throughput_ratio",
             "resident_vs_jobs_throughput_d100",
             "resident_vs_jobs_throughput_d1e5",
+            "connect_vs_classic_resident_throughput_d100",
         ),
         ("spark",),
     ),
