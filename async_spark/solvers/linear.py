@@ -286,6 +286,8 @@ def train_linear(
         else None
     )
 
+    if resume is not None and safeguard is not None and resume.engine.get("step_safeguard"):
+        rule = safeguard.restore(resume.engine["step_safeguard"]) or rule  # a lowered step stays
     theta = init_params(problem.model)
     current = Current(theta, rule.init(theta), rule)
     if resume is not None:
@@ -397,6 +399,7 @@ def train_linear(
             engine={
                 "bookkeeping": engine.core.bookkeeping(),
                 "mean_task_seconds": engine.mean_task_seconds,
+                "step_safeguard": None if safeguard is None else safeguard.summary(),
             },
             keep=config.keep_checkpoints,
         )

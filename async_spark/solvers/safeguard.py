@@ -148,6 +148,16 @@ class StepSafeguard:
         self._skip = self.grace
         return self.rebuild(lowered)
 
+    def restore(self, saved: dict[str, Any]) -> Any | None:
+        """Continue from a checkpoint's :meth:`summary`: its step and its changes; returns the
+        rule rebuilt with that step when it was lowered, else None."""
+        self.changes = [dict(c) for c in saved.get("lowered", [])]
+        final = float(saved.get("final_step", self.gamma))
+        if final == self.gamma:
+            return None
+        self.gamma = final
+        return self.rebuild(final)
+
     def _reset(self) -> None:
         self._stats = np.zeros(3)
         self._seen = 0

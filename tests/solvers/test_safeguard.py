@@ -74,3 +74,37 @@ def test_bad_settings_are_refused():
         _guard(window=0)
     with pytest.raises(ValueError, match=r"factor must be in \(0, 1\)"):
         _guard(factor=1.0)
+
+
+def test_restore_continues_from_a_checkpointed_summary():
+    guard, built = _guard()
+    assert guard.restore({"final_step": 1.0, "lowered": []}) is None and built == []
+    saved = {"final_step": 0.25, "lowered": [{"update": 9, "from": 1.0, "to": 0.5}]}
+    assert guard.restore(saved) == ("rule", 0.25) and guard.gamma == 0.25
+    assert guard.summary()["lowered"] == saved["lowered"]
+
+
+def test_a_resumed_run_keeps_the_lowered_step(tmp_path):
+    """Asynchronous heavy ball at its tuned step oscillates on 8 stale blocks (see
+    test_momentum_engine): the safeguard lowers the step; a resume must not start over from the
+    step that oscillated."""
+    from async_spark.data.dataset import open_dataset
+    from async_spark.solvers import TrainConfig, train_linear
+    from async_spark.solvers.checkpoint import load_latest
+
+    data = open_dataset("builtin:breast_cancer", 8, standardize=True, loss="logistic")
+    common = dict(
+        data="x", method="ahb", partitions=8, batch_fraction=1.0, l2=1e-2, quiet=True,
+        out=str(tmp_path), checkpoint_every=50, eval_every=1e9,
+    )  # fmt: skip
+    first = train_linear(TrainConfig(max_updates=300, **common), dataset=data)
+    lowered = first.step_safeguard["final_step"]
+    assert lowered < first.step
+    ckpt = load_latest(tmp_path)
+    assert ckpt.engine["step_safeguard"]["final_step"] == lowered
+    resumed = train_linear(TrainConfig(max_updates=340, **common), dataset=data, resume=ckpt)
+    assert resumed.step_safeguard["final_step"] <= lowered
+    assert (
+        resumed.step_safeguard["lowered"][: len(first.step_safeguard["lowered"])]
+        == (first.step_safeguard["lowered"])
+    )
