@@ -105,7 +105,9 @@ def main(argv: list[str] | None = None) -> float:
             warm = TrainConfig(**{**base.__dict__, "method": "asgd", "stragglers": "none"})
             warm.time_budget, warm.max_updates = None, 4 * P
             train_linear(warm.validate(), spark=spark, dataset=dataset)
-            cost = calibrate(spark, source, desc, tasks_per_fraction=tasks_per_fraction)
+            cost = calibrate(  # on the transport the real runs use
+                spark, source, desc, tasks_per_fraction=tasks_per_fraction, transport=base.transport
+            )
             model_bytes = payload_nbytes(init_params(build_model(base, desc)))
             nnz_task = args.batch_fraction * (desc.nnz or 0) / P
             task_s = cost.expected_task_seconds(nnz_task, model_bytes, model_bytes)

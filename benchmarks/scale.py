@@ -20,7 +20,9 @@ Usage:
     python benchmarks/scale.py [--quick] [--workers 8,32,128,1024] [--stragglers cloud,intensity:1.0]
         [--pairs saga,sgd] [--data SPEC] [--cost-model FILE] [--rounds R] [--json FILE]
 Without ``--cost-model`` the cost model is calibrated first on ``local[2]`` (one Spark session,
-stopped before the emulation starts). Last line: ``RESULT asaga_speedup_emulated_32 <x>``.
+stopped before the emulation starts) on ``--transport`` (resident, the default, or jobs: the
+predictions of the two differ by the per-task overhead, one message each way against one Spark
+job). Last line: ``RESULT asaga_speedup_emulated_32 <x>``.
 ``--smoke`` (seconds, no Spark): P = 32 only, tiny data, one step each, 4 rounds, and a fixed cost
 model (:data:`SMOKE_COST`, round figures, not measured) unless ``--cost-model`` is given.
 """
@@ -68,7 +70,7 @@ SMOKE_COST = CostModel(
 )
 
 
-def calibrated_cost(path: str | None, save: str | None) -> CostModel:
+def calibrated_cost(path: str | None, save: str | None, transport: str = "resident") -> CostModel:
     if path:
         return CostModel.load(path)
     from async_spark.engine import build_session
@@ -78,7 +80,7 @@ def calibrated_cost(path: str | None, save: str | None) -> CostModel:
         "local[2]", app_name="scale-calibrate", conf={"spark.ui.enabled": "false"}
     )
     try:
-        cost = calibrate(spark, source, desc, tasks_per_fraction=10)
+        cost = calibrate(spark, source, desc, tasks_per_fraction=10, transport=transport)
     finally:
         spark.stop()
     if save:
@@ -228,6 +230,13 @@ def main(argv: list[str] | None = None) -> float:
         "--rounds", type=float, default=None, help="budget in ~sync rounds (default 30; quick 20)"
     )
     ap.add_argument("--cost-model", default=None, help="JSON cost model (default: calibrate now)")
+    ap.add_argument(
+        "--transport",
+        default="resident",
+        choices=("resident", "jobs"),
+        help="the transport whose per-task overhead is calibrated (default: resident, the "
+        "runs' default; jobs: one Spark job per task)",
+    )
     ap.add_argument("--save-cost-model", default=None, help="write the calibrated model here")
     ap.add_argument(
         "--step-grid",
@@ -263,7 +272,8 @@ def main(argv: list[str] | None = None) -> float:
     if args.smoke and not args.cost_model:
         base_cost = SMOKE_COST.replace(**NETWORK)
     else:
-        base_cost = calibrated_cost(args.cost_model, args.save_cost_model).replace(**NETWORK)
+        base_cost = calibrated_cost(args.cost_model, args.save_cost_model, args.transport)
+        base_cost = base_cost.replace(**NETWORK)
     print(f"# cost model: {json.dumps(base_cost.to_dict())}", flush=True)
     rows: list[dict[str, Any]] = []
     for P in workers:

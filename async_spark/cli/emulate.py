@@ -129,7 +129,16 @@ def _run_calibration(args: argparse.Namespace) -> int:
         loss=args.loss,
     )
     with spark_session(args.master, "async-spark emulate --calibrate", args.conf) as spark:
-        cost = calibrate(spark, source, desc, loss=args.loss, rule=rule, seed=args.seed, out=out)
+        cost = calibrate(
+            spark,
+            source,
+            desc,
+            loss=args.loss,
+            rule=rule,
+            seed=args.seed,
+            out=out,
+            transport=args.transport,
+        )
     print(json.dumps(cost.to_dict(), indent=2, sort_keys=True))
     print(f"cost model written to {out}", file=sys.stderr)
     return 0

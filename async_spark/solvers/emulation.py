@@ -51,12 +51,15 @@ def calibrate(
     seed: int = 0,
     out: str | os.PathLike[str] | None = None,
     source_note: str | None = None,
+    transport: str = "resident",
 ) -> CostModel:
     """Measure the cost model on the real Spark engine of this machine, one task at a time.
 
     Runs linear-solver tasks (``rule`` = "saga" or "sgd") at several batch fractions through
-    :class:`~async_spark.engine.AsyncEngine` on a :class:`~async_spark.engine.spark.SparkTransport`
-    with ``max_in_flight=1`` (no queueing, no contention), and fits
+    :class:`~async_spark.engine.AsyncEngine` on the ``transport`` a run would use ("resident":
+    :class:`~async_spark.engine.resident.ResidentTransport`, the default, whose overhead is one
+    message each way; "jobs": :class:`~async_spark.engine.spark.SparkTransport`, one Spark job
+    per task) with ``max_in_flight=1`` (no queueing, no contention), and fits
 
     - ``compute = compute_fixed + seconds_per_nnz * nnz`` by least squares on the in-worker compute
       times (a block's first task, which loads the block, left out);
@@ -65,12 +68,15 @@ def calibrate(
     Bandwidth and latency are not measured (loopback here): set them for the cluster to predict.
     The model is saved to ``out`` when given.
     """
+    from async_spark.engine.resident import ResidentTransport
     from async_spark.engine.spark import SparkTransport
     from async_spark.models.linear import LinearModel, init_params
     from async_spark.solvers.worker import LinearTask, TaskArgs, sample_rows
 
     if rule not in ("saga", "sgd"):
         raise ValueError(f"rule must be 'saga' or 'sgd', got {rule!r}")
+    if transport not in ("resident", "jobs"):
+        raise ValueError(f"transport must be 'resident' or 'jobs', got {transport!r}")
     if not fractions or any(not 0 < f <= 1 for f in fractions):
         raise ValueError(f"fractions must be in (0, 1], got {fractions!r}")
     if isinstance(tasks_per_fraction, bool) or not isinstance(tasks_per_fraction, int):
@@ -102,8 +108,11 @@ def calibrate(
         return TaskArgs(ticket.block_task, frac, old)
 
     samples: list[tuple[float, float, float]] = []  # (nnz, compute, seconds)
+    chosen = (
+        ResidentTransport(spark) if transport == "resident" else SparkTransport(spark.sparkContext)
+    )
     with AsyncEngine(
-        SparkTransport(spark.sparkContext),
+        chosen,
         task,
         num_blocks=P,
         policy=Policy.asynchronous(),
@@ -135,15 +144,16 @@ def calibrate(
         fixed, per_nnz = float(np.median(compute)), 0.0
     fixed = max(0.0, float(fixed))
     overhead = max(0.0, float(statistics.median((seconds - compute).tolist())))
-    master = spark.sparkContext.master
+    master = spark.conf.get("spark.master", "?")
     cost = CostModel(
         task_overhead_seconds=overhead,
         seconds_per_nnz=float(per_nnz),
         compute_fixed_seconds=fixed,
         source=source_note
         or (
-            f"calibrated on {master} ({os.cpu_count()} cpus), {desc.dataset_id[:48]}, "
-            f"rule {rule}, {len(samples)} tasks, {time.strftime('%Y-%m-%d %H:%M')}"
+            f"calibrated on {master} ({os.cpu_count()} cpus), {transport} transport, "
+            f"{desc.dataset_id[:48]}, rule {rule}, {len(samples)} tasks, "
+            f"{time.strftime('%Y-%m-%d %H:%M')}"
         ),
     )
     if out is not None:

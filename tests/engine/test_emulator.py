@@ -258,13 +258,25 @@ def test_cost_model_round_trips_through_json(tmp_path):
 
 
 @pytest.mark.spark
-def test_calibration_on_spark_round_trips(spark, tmp_path):
+@pytest.mark.parametrize("transport", ["resident", "jobs"])
+def test_calibration_on_spark_round_trips(spark, tmp_path, transport):
     source, desc = open_dataset("builtin:synthetic?n=4000&d=500&nnz=20", 2, loss="logistic")
     path = tmp_path / "cal.json"
-    cost = calibrate(spark, source, desc, fractions=(0.2, 1.0), tasks_per_fraction=2, out=path)
+    cost = calibrate(
+        spark,
+        source,
+        desc,
+        fractions=(0.2, 1.0),
+        tasks_per_fraction=2,
+        out=path,
+        transport=transport,
+    )
     assert cost.task_overhead_seconds > 0 and cost.seconds_per_nnz is not None
     assert cost.seconds_per_nnz >= 0 and "calibrated on" in cost.source
+    assert f"{transport} transport" in cost.source
     assert CostModel.load(path) == cost
+    with pytest.raises(ValueError, match="transport must be 'resident' or 'jobs'"):
+        calibrate(spark, source, desc, transport="carrier-pigeon")
 
 
 @pytest.mark.parametrize(
