@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import signal
 import sys
 import threading
@@ -244,7 +245,7 @@ def add_spark_hylo_arguments(parser: argparse.ArgumentParser) -> argparse.Argume
         help="barrier: our barrier stage (ranks read their Spark partitions); "
         "torchdistributor: pyspark.ml.torch's TorchDistributor (torchrun per task)",
     )
-    add_master_and_conf(g)
+    add_master_and_conf(g, remote=True)
     g.add_argument(
         "--gpus-per-task", type=parse_gpus, default=1.0, help="GPUs per rank (stage profile)"
     )
@@ -272,6 +273,8 @@ def spark_hylo_parser(prog: str, description: str | None) -> argparse.ArgumentPa
 
 def _session_conf(args: argparse.Namespace) -> list[str]:
     conf = list(args.conf or [])
+    if getattr(args, "remote", None) or os.environ.get("SPARK_REMOTE"):
+        return conf  # a Connect server has its own cluster configuration (not the client's)
     keys = {c.partition("=")[0].strip() for c in conf}
     if "spark.barrier.sync.timeout" not in keys:  # allGather must not wait a year
         conf.append(f"spark.barrier.sync.timeout={int(max(60, args.timeout))}s")
@@ -285,10 +288,13 @@ def run_spark_hylo(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     if args.test_parquet and not args.train_parquet:
         raise ValueError("--test-parquet needs --train-parquet")
+    from async_spark.engine.connect import is_connect
     from async_spark.gpu.data import ShardSource, dataframe_shards
     from async_spark.gpu.hylo_stage import train_hylo_spark
 
-    with spark_session(args.master, "async-spark hylo", _session_conf(args)) as spark:
+    with spark_session(
+        args.master, "async-spark hylo", _session_conf(args), remote=args.remote, connect=True
+    ) as spark:
         source = None
         data: Any = None
         if args.train_parquet:
@@ -300,7 +306,7 @@ def run_spark_hylo(args: argparse.Namespace) -> int:
                 test_path=args.test_parquet,
             )
             config["data"] = "synthetic"  # placeholder for validation; the source decides
-            if args.launcher == "barrier":
+            if args.launcher == "barrier" and not is_connect(spark):  # Connect: ranks read it
                 df = spark.read.parquet(args.train_parquet)
                 data = dataframe_shards(df, args.workers)
         summary = train_hylo_spark(

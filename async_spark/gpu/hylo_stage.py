@@ -7,7 +7,8 @@ Launchers (all return the same summary and write the same ``summary.json``, ``me
 and ``model.pt`` as ``async-spark hylo``):
 
 * :func:`train_hylo_spark` with ``launcher="barrier"`` -- :class:`~.launcher.BarrierLauncher`;
-  each rank reads its Spark partition;
+  each rank reads its Spark partition (on a Spark Connect session, which has no RDD, one
+  ``mapInArrow(..., barrier=True)`` job whose ranks read their shards from the source);
 * :func:`train_hylo_spark` with ``launcher="torchdistributor"`` -- ``pyspark.ml.torch``'s
   ``TorchDistributor`` (torchrun in a barrier stage); each process reads its shard itself
   (:func:`~.data.load_shard`), since it cannot see a Spark partition;
@@ -129,7 +130,14 @@ def train_hylo_spark(
     params = asdict(cfg)
     t0 = time.perf_counter()
     if launcher == "barrier":
-        rdd = data if data is not None else shard_rdd(spark.sparkContext, src, cfg.workers)
+        from async_spark.engine.connect import is_connect
+
+        connect = is_connect(spark)
+        if connect and data is not None:
+            raise ValueError(
+                "data= (a Spark RDD) needs a classic session; on Spark Connect the ranks read "
+                "their shards from source="
+            )
         runner = BarrierLauncher(
             spark,
             cfg.workers,
@@ -139,7 +147,11 @@ def train_hylo_spark(
             timeout=cfg.timeout,
             threads=cfg.threads,
         )
-        launched = runner.run(hylo_rank, rdd, (params, src.as_dict()))
+        if connect:  # no RDD: one mapInArrow(barrier=True) job, each rank reads its shard
+            launched = runner.run_source(hylo_rank, src.as_dict(), (params, src.as_dict()))
+        else:
+            rdd = data if data is not None else shard_rdd(spark.sparkContext, src, cfg.workers)
+            launched = runner.run(hylo_rank, rdd, (params, src.as_dict()))
         result = launched.result
         extra = {
             "startup_seconds": launched.startup_seconds,

@@ -196,8 +196,13 @@ def _barrier_task(
     timeout: float,
     threads: int,
     submitted_at: float,
+    source: dict[str, Any] | None = None,
 ) -> Callable[[Iterator[Any]], Iterator[dict[str, Any]]]:
-    """The closure that runs in each barrier task (captures plain values and ``train_fn``)."""
+    """The closure that runs in each barrier task (captures plain values and ``train_fn``).
+
+    With ``source`` (a :class:`~.data.ShardSource` as a dict) a rank reads its shard from it
+    instead of from the task's partition (the Spark Connect launch has no RDD partition to give).
+    """
 
     def task(items: Iterator[Any]) -> Iterator[dict[str, Any]]:
         from pyspark import BarrierTaskContext
@@ -223,7 +228,12 @@ def _barrier_task(
             if dist.is_initialized():  # left by a failed task in this reused Python worker
                 dist.destroy_process_group()
             t = time.perf_counter()
-            x, y = concat_blocks(items)
+            if source is None:
+                x, y = concat_blocks(items)
+            else:
+                from .data import ShardSource, load_shard
+
+                x, y = load_shard(ShardSource(**source), rank, world)
             timings["read_seconds"] = time.perf_counter() - t
             ctx.log(f"read {x.shape[0]} rows of its partition in {timings['read_seconds']:.3f}s")
             ctx.device = _gpu_address(device, rank, ctx)
@@ -300,6 +310,31 @@ def _barrier_task(
     return task
 
 
+_CONNECT_SCHEMA = "rank long, payload binary"
+
+
+class _ArrowBarrierTask:
+    """The ``mapInArrow(..., barrier=True)`` function of the Spark Connect launch: runs the rank
+    (:func:`_barrier_task`) and returns its row, pickled, as one binary cell. Like any Spark
+    ``collect``, the rows come from this application's own executors."""
+
+    def __init__(self, task: Callable[[Iterator[Any]], Iterator[dict[str, Any]]]) -> None:
+        self.task = task
+
+    def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
+        import pickle
+
+        import pyarrow as pa
+
+        for _ in batches:  # the rank's id row: the rank is the barrier task's partition
+            pass
+        for row in self.task(iter(())):
+            yield pa.RecordBatch.from_pydict(
+                {"rank": [int(row["rank"])], "payload": [pickle.dumps(row)]},
+                schema=pa.schema([("rank", pa.int64()), ("payload", pa.binary())]),
+            )
+
+
 class _ListHandler(logging.Handler):
     def __init__(self, ctx: RankContext) -> None:
         super().__init__(logging.INFO)
@@ -368,11 +403,14 @@ class BarrierLauncher:
             raise ValueError(f"num_ranks must be an integer >= 1, got {num_ranks!r}")
         if not (isinstance(timeout, (int, float)) and timeout > 0):
             raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+        from async_spark.engine.connect import is_connect
+
         self.spark = spark
-        self.sc = spark.sparkContext
+        self.connect = is_connect(spark)  # Spark Connect: no SparkContext, a DataFrame launch
+        self.sc = None if self.connect else spark.sparkContext
         self.num_ranks = num_ranks
         self.device = device
-        master = self.sc.master
+        master = str(spark.conf.get("spark.master", "")) if self.sc is None else self.sc.master
         self.local_master = master == "local" or master.startswith("local[")
         profile = gpu_resource_profile(device, gpus_per_task, cpus_per_task)
         if profile is not None and self.local_master:
@@ -386,6 +424,10 @@ class BarrierLauncher:
 
     def _slots(self) -> int:
         """Task slots of the default profile now (Spark's own count; else defaultParallelism)."""
+        if self.sc is None:
+            from async_spark.engine.connect import default_parallelism
+
+            return default_parallelism(self.spark)
         try:
             jsc = self.sc._jsc.sc()
             rp = jsc.resourceProfileManager().defaultResourceProfile()
@@ -404,7 +446,7 @@ class BarrierLauncher:
             if time.monotonic() > deadline:
                 raise ValueError(
                     f"a barrier stage of {self.num_ranks} ranks needs {self.num_ranks} task "
-                    f"slots at once; the cluster has {slots} ({self.sc.master})"
+                    f"slots at once; the cluster has {slots}"
                 )
             time.sleep(0.5)
 
@@ -420,6 +462,11 @@ class BarrierLauncher:
         TimeoutError
             The stage did not finish within ``2 * timeout + 60`` seconds (the job is cancelled).
         """
+        if self.connect:
+            raise ValueError(
+                "on a Spark Connect session the ranks read their shards from a source: use "
+                "BarrierLauncher.run_source (or train_hylo_spark without data=)"
+            )
         parts = data.getNumPartitions()
         if parts != self.num_ranks:
             raise ValueError(
@@ -436,29 +483,85 @@ class BarrierLauncher:
             stage = stage.withResources(self.profile)
         if self.retry:  # a shuffle-map barrier stage is rerun on failure, a result stage is not
             stage = stage.map(lambda row: (row["rank"], row)).partitionBy(1).values()
-        tag = f"async-spark-barrier-{uuid.uuid4().hex[:12]}"
-        box: dict[str, Any] = {}
         sc = self.sc
+        assert sc is not None
 
-        def collect() -> None:
+        def collect(tag: str) -> list[Any]:
             sc.addJobTag(tag)
             sc.setJobDescription(f"HyLo/torch barrier stage ({self.num_ranks} ranks)")
             try:
-                box["rows"] = stage.collect()
-            except BaseException as exc:
-                box["error"] = exc
+                return list(stage.collect())
             finally:
                 sc.removeJobTag(tag)
 
+        return self._wait(collect, sc.cancelJobsWithTag)
+
+    def run_source(
+        self, train_fn: Callable[..., Any], source: dict[str, Any], args: tuple[Any, ...] = ()
+    ) -> LaunchResult:
+        """Run the stage through the DataFrame API, each rank reading shard ``rank`` of
+        ``source`` (a :class:`~.data.ShardSource` as a dict): one ``spark.range(W,
+        numPartitions=W).mapInArrow(..., barrier=True)`` job with the same rendezvous
+        (``BarrierTaskContext.allGather``). This is the launch of a Spark Connect session."""
+        self._check_slots()
+        submitted = time.time()
+        task = _barrier_task(
+            train_fn, tuple(args), self.device, self.timeout, self.threads, submitted, source
+        )
+        spark, world = self.spark, self.num_ranks
+        options: dict[str, Any] = {"barrier": True}
+        if self.profile is not None:
+            options["profile"] = self.profile
+        frame = spark.range(world, numPartitions=world).mapInArrow(
+            _ArrowBarrierTask(task), _CONNECT_SCHEMA, **options
+        )
+
+        def collect(tag: str) -> list[Any]:
+            import pickle
+
+            if self.sc is not None:  # a classic session: SparkContext job tags only
+                self.sc.addJobTag(tag)
+            else:
+                spark.addTag(tag)
+            try:
+                return [pickle.loads(r["payload"]) for r in frame.collect()]
+            finally:
+                if self.sc is not None:
+                    self.sc.removeJobTag(tag)
+                else:
+                    spark.removeTag(tag)
+
+        cancel = self.sc.cancelJobsWithTag if self.sc is not None else spark.interruptTag
+        return self._wait(collect, cancel)
+
+    def _wait(
+        self, collect: Callable[[str], list[Any]], cancel: Callable[[str], Any]
+    ) -> LaunchResult:
+        """Collect the stage in a thread, bounded by ``2 * timeout + 60`` s (then cancelled)."""
+        tag = f"async-spark-barrier-{uuid.uuid4().hex[:12]}"
+        box: dict[str, Any] = {}
+
+        def target() -> None:
+            try:
+                box["rows"] = collect(tag)
+            except BaseException as exc:
+                box["error"] = exc
+
+        import threading
+
         from pyspark import InheritableThread
 
-        thread = InheritableThread(target=collect, name=tag, daemon=True)
+        thread: threading.Thread
+        if self.connect:  # the tag is added in the thread itself: a plain thread will do
+            thread = threading.Thread(target=target, name=tag, daemon=True)
+        else:
+            thread = InheritableThread(target=target, name=tag, daemon=True)
         t0 = time.perf_counter()
         thread.start()
         limit = 2 * self.timeout + 60.0
         thread.join(limit)
         if thread.is_alive():
-            sc.cancelJobsWithTag(tag)
+            cancel(tag)
             thread.join(30)
             raise TimeoutError(
                 f"the barrier stage of {self.num_ranks} ranks did not finish in {limit:.0f} s; "
