@@ -203,9 +203,10 @@ def test_multinomial_and_linear_regression(spark, tmp_path):
     df = spark.createDataFrame(
         [(Vectors.dense(x), float(t)) for x, t in zip(X, y, strict=True)], ["features", "label"]
     )
-    # 300 updates: with 60 the accuracy was 0.89-0.92 depending on the order results arrived
+    # Synchronous SAGA: the same model whatever order the results arrive in (asynchronous runs
+    # ended at 0.89-0.95 accuracy on a loaded machine)
     m = AsyncLogisticRegression(
-        regParam=0.01, maxUpdates=300, **{**FAST, "batchFraction": 1.0}
+        regParam=0.01, maxUpdates=300, **{**FAST, "method": "saga", "batchFraction": 1.0}
     ).fit(df)
     assert m.isMultinomial and m.numClasses == 3
     assert m.coefficientMatrix.toArray().shape == (3, 4) and len(m.interceptVector) == 3
@@ -213,7 +214,7 @@ def test_multinomial_and_linear_regression(spark, tmp_path):
         m.coefficients  # noqa: B018
     out = m.transform(df)
     acc = MulticlassClassificationEvaluator(metricName="accuracy").evaluate(out)
-    assert acc >= 0.93  # 0.953 in every run seen; scikit-learn's LogisticRegression gets 0.97
+    assert acc >= 0.95  # 0.953; scikit-learn's LogisticRegression gets 0.973
     first = out.select("features", "probability", "prediction").first()
     assert len(first.probability) == 3
     np.testing.assert_allclose(m.predictProbability(first.features), first.probability)

@@ -142,7 +142,7 @@ def test_sentinels_and_normalized_values():
 
 def test_train_config_from_params():
     lr = AsyncLogisticRegression(
-        method="hb",
+        method="apg",  # l1 needs the proximal momentum method
         stepSize=0.2,
         momentum=0.5,
         regParam=0.1,
@@ -159,7 +159,7 @@ def test_train_config_from_params():
         data="/data",
         format="parquet",
         loss="logistic",
-        method="hb",
+        method="apg",
         l2=0.1 * 0.75,
         l1=0.1 * 0.25,
         step=0.2,
