@@ -169,6 +169,18 @@ class LinearModel:
         """:math:`1/s` as an array (cached: the rules ask on every update)."""
         return None if self.penalty_scale is None else 1.0 / np.asarray(self.penalty_scale)
 
+    @functools.cached_property
+    def _l2_split(self) -> tuple[float, np.ndarray, np.ndarray] | None:
+        """``(min_j s_j^-2, s^-2, s^-2 - min_j s_j^-2)``: the uniform, the whole and the excess
+        per-column weights of the l2 penalty (cached: every update needs them, each an O(d)
+        pass)."""
+        inv = self._inverse_scale
+        if inv is None:
+            return None
+        sq = inv * inv
+        low = float(np.min(sq))
+        return low, sq, sq - low
+
     @property
     def outputs(self) -> int:
         """K: columns of the margin (1 except for softmax)."""
@@ -371,8 +383,8 @@ def uniform_l2(model: LinearModel) -> float:
     that step sizes count; the rest, :math:`\lambda_2 (s_j^{-2} - \min_j s_j^{-2})` per column,
     is applied exactly by :func:`prox_penalty`, so heavily penalized columns (tiny :math:`s_j`)
     do not force a tiny step."""
-    inv = model._inverse_scale
-    return model.l2 if inv is None else model.l2 * float(np.min(inv) ** 2)
+    split = model._l2_split
+    return model.l2 if split is None else model.l2 * split[0]
 
 
 def regularizer(model: LinearModel, theta: np.ndarray) -> float:
@@ -401,8 +413,9 @@ def penalty_gradient(model: LinearModel, theta: np.ndarray) -> np.ndarray:
     if model._inverse_scale is None:
         return regularizer_gradient(model, theta)
     W, _ = _wb(model, theta)
+    _, whole, _ = model._l2_split  # type: ignore[misc]  # set with the inverse scale
     g = np.zeros_like(theta)
-    g[: W.size] = (model.l2 * W * model._inverse_scale**2).ravel()
+    g[: W.size] = (model.l2 * W * whole).ravel()
     return g
 
 
@@ -422,8 +435,9 @@ def prox_penalty(model: LinearModel, theta: np.ndarray, step: float) -> np.ndarr
     if model.l1 != 0.0:
         t = step * model.l1 if inv is None else step * model.l1 * inv
         W = np.sign(W) * np.maximum(np.abs(W) - t, 0.0)
-    if inv is not None and model.l2 != 0.0:
-        W = W / (1.0 + step * model.l2 * (inv**2 - np.min(inv) ** 2))
+    split = model._l2_split
+    if split is not None and model.l2 != 0.0:
+        W = W / (1.0 + step * model.l2 * split[2])
     out[:m] = W.ravel()
     return out
 

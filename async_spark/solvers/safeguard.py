@@ -90,7 +90,7 @@ class StepSafeguard:
     _stats: np.ndarray = field(default_factory=lambda: np.zeros(3))
     _seen: int = 0
     _skip: int = 0
-    _recent: deque[WindowEstimate] = field(default_factory=deque)
+    _recent: deque[WindowEstimate] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.window < 1:
