@@ -65,7 +65,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         "--step-safeguard",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="halve the step when the losses the tasks measure on their samples rise (the "
+        help="halve the step when the losses the tasks measure on their samples rise, and "
+        "search an automatic SGD/SAGA step upward while they clearly fall faster for it (the "
         "summary's step_safeguard lists each change)",
     )
     p.add_argument("--loss", default="logistic", help="logistic | squares | softmax")

@@ -79,7 +79,7 @@ class TrainResult:
     snapshots: list[tuple[float, int, float]] = field(default_factory=list)
     momentum: dict[str, float] = field(default_factory=dict)
     source: Any = None  # the blocks trained on (their standardization, to undo it)
-    # the step safeguard's changes (see .safeguard): {"final_step", "lowered": [...]}, or None
+    # the step safeguard's changes (see .safeguard): {"final_step", "changes": [...], ...}, or None
     step_safeguard: dict[str, Any] | None = None
     # from the call to train_linear to the engine's start (data opened and scanned, step chosen,
     # the transport's tasks started): the fixed cost a user pays before the first update
@@ -280,6 +280,7 @@ def train_linear(
             penalty=functools.partial(regularizer, problem.model),
             window=max(2 * desc.num_blocks, 8),
             grace=desc.num_blocks,
+            search=config.step == "auto" and family.step_search,  # an explicit --step: lowered only
             log_level=logging.INFO if config.quiet else logging.WARNING,
         )
         if config.step_safeguard
@@ -287,7 +288,7 @@ def train_linear(
     )
 
     if resume is not None and safeguard is not None and resume.engine.get("step_safeguard"):
-        rule = safeguard.restore(resume.engine["step_safeguard"]) or rule  # a lowered step stays
+        rule = safeguard.restore(resume.engine["step_safeguard"]) or rule  # a changed step stays
     theta = init_params(problem.model)
     current = Current(theta, rule.init(theta), rule)
     if resume is not None:

@@ -29,7 +29,7 @@ EARLY_UPDATES = 10  # updates whose gradient norms set the scale divergence is m
 @dataclass
 class Current:
     """The driver's parameters, rule state and rule now (read at dispatch, replaced at each
-    update; the rule when the step safeguard lowers the step)."""
+    update; the rule when the step safeguard changes the step)."""
 
     theta: np.ndarray
     state: Any
@@ -143,7 +143,7 @@ def run_updates(
     """Apply accepted results until a limit, the target or ``limits.stop`` ends the run.
 
     A task's payload is ``(the method's payload, its sampled losses' stats)``; the stats go to
-    ``safeguard``, which may hand back the rule with a lower step. ``checkpoint(updates)`` is
+    ``safeguard``, which may hand back the rule with another step. ``checkpoint(updates)`` is
     called when the recorder says one is due; ``on_update(updates, seconds)`` after every update
     (a progress bar).
     """
@@ -154,9 +154,9 @@ def run_updates(
         payload, losses = result.payload
         result = dataclasses.replace(result, payload=payload)
         if safeguard is not None:
-            lowered = safeguard.observe(losses, current.theta, updates, engine.elapsed())
-            if lowered is not None:
-                current.rule = lowered
+            rebuilt = safeguard.observe(losses, current.theta, updates, engine.elapsed())
+            if rebuilt is not None:  # the step changed
+                current.rule = rebuilt
                 guard.gamma = safeguard.gamma
         msg = messages.accept(result, engine.live_blocks)
         if msg is None:

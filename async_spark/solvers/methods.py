@@ -114,6 +114,9 @@ class Family(Protocol):
     """
 
     computation: str
+    #: whether the step safeguard may search upward from an automatic step (see .safeguard):
+    #: not for momentum, whose step and momentum are tuned together from (mu, L)
+    step_search: bool
 
     def choose_step(self, problem: Problem, setup: Setup) -> StepChoice: ...
 
@@ -201,6 +204,8 @@ class _GradientMessages:
 class SGDFamily(_GradientMessages):
     """Mini-batch SGD (:mod:`async_spark.optim.sgd`)."""
 
+    step_search = True
+
     def choose_step(self, problem: Problem, setup: Setup) -> StepChoice:
         return StepChoice(_safe_step("sgd", problem, setup))
 
@@ -217,6 +222,7 @@ class SAGAFamily:
     """SAGA with the driver's table of one scalar per sample (:mod:`async_spark.optim.saga`)."""
 
     computation = "saga"
+    step_search = True
 
     def choose_step(self, problem: Problem, setup: Setup) -> StepChoice:
         return StepChoice(_safe_step("saga", problem, setup))
@@ -255,6 +261,7 @@ class MomentumFamily(_GradientMessages):
     """HB, AG and APG on gradient sums (:mod:`.momentum`)."""
 
     rule: str
+    step_search = False
 
     def choose_step(self, problem: Problem, setup: Setup) -> StepChoice:
         if setup.step == "auto":
@@ -287,6 +294,7 @@ class DCASGDFamily:
     the task read, taken from the engine's history store when the task leaves."""
 
     computation = "gradient"
+    step_search = True
 
     def choose_step(self, problem: Problem, setup: Setup) -> StepChoice:
         return StepChoice(_safe_step("sgd", problem, setup))

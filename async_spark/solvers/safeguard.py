@@ -1,4 +1,5 @@
-r"""The step safeguard: lower the step when the loss the tasks measure rises.
+r"""The step safeguard: search for the largest step the run tolerates, lower it when the loss the
+tasks measure rises.
 
 Every task reports the losses of its sampled rows at the parameters it read (from the margins its
 gradient needs, so at no extra pass over the data). The driver groups consecutive results into
@@ -18,6 +19,26 @@ multiplied by ``factor`` and the rule rebuilt with it (the rule's state — SAGA
 momentum — carries over), and the windows restart after ``grace`` results, so that results
 computed before the change are not held against the new step. Each change is recorded, and the
 run's summary lists them (``step_safeguard``).
+
+**The search upward** (``search=True``: a run whose step came from the data, ``--step auto``,
+for the SGD and SAGA families). The default step comes from bounds that hold everywhere: for
+the logistic loss the curvature bound :math:`\ell'' \le 1/4` is tight only at margin 0, and
+once most rows are classified with some margin the step the run tolerates is often 8-30x larger
+(``benchmarks/step_search.py``). One window's sampled losses are too noisy to tell a faster
+fall from noise, so the search pools ``patience`` windows into one estimate, and
+
+- when a pooled estimate falls below the previous one by more than ``z_fall`` standard errors
+  of the difference, the step is multiplied by ``grow`` (at most ``max_raises`` times);
+- when it has not after ``max_pool * patience`` windows (a sequential test), the search ends
+  and the step goes back by ``factor`` (the step before the last raise): a plateau above the
+  optimum is what a SAGA step slightly too large looks like;
+- the first rise ends it too, with the lowering above.
+
+This is the "bold driver" of Vogl et al. (Biol. Cybern. 59, 1988) and Battiti (Complex Systems
+3, 1989) on the sampled objective: an exponential search for the largest step the run
+tolerates, at the cost of the windows spent finding it. It is a heuristic, not a theorem: a
+step it leaves too large is caught by the rise test and the divergence guard. An explicit
+``--step`` is the user's: it is only lowered.
 
 The divergence guard of :mod:`.loop` remains the backstop for a run that explodes within one
 window.
@@ -53,6 +74,9 @@ class WindowEstimate:
         var = max(squares / count - mean * mean, 0.0)
         return WindowEstimate(mean + penalty, math.sqrt(var / count))
 
+    def fell_below(self, best: WindowEstimate, z: float) -> bool:
+        return best.value - self.value > z * math.hypot(self.stderr, best.stderr)
+
     def rose_above(self, best: WindowEstimate, z: float, rise: float) -> bool:
         noise = z * math.hypot(self.stderr, best.stderr)
         return self.value - best.value > max(noise, rise * abs(best.value))
@@ -72,7 +96,11 @@ class StepSafeguard:
         ``penalty(theta) -> float``: the penalty added to the sampled loss.
     window : int >= 1
         Results per window (default of the run: twice the number of blocks, at least 8).
-    z, rise, recent, factor, grace, max_changes : see the module docstring.
+    search : bool
+        Raise the step while the run keeps improving, until the first rise (an automatic step);
+        False only lowers it (an explicit step).
+    z, rise, recent, factor, grace, max_changes, grow, patience, max_raises : see the module
+        docstring.
     """
 
     gamma: float
@@ -80,16 +108,25 @@ class StepSafeguard:
     penalty: Callable[[np.ndarray], float]
     window: int
     z: float = 5.0
+    z_fall: float = 1.5
     rise: float = 0.01
     recent: int = 4
     factor: float = 0.5
     grace: int = 0
     max_changes: int = 20
+    search: bool = False
+    grow: float = 2.0
+    patience: int = 3
+    max_raises: int = 6
+    max_pool: int = 4  # x patience: the most windows the search pools before it calls a stall
     log_level: int = logging.WARNING  # of the line each change logs (INFO for quiet runs)
-    changes: list[dict[str, float]] = field(default_factory=list)
+    changes: list[dict[str, Any]] = field(default_factory=list)
     _stats: np.ndarray = field(default_factory=lambda: np.zeros(3))
     _seen: int = 0
     _skip: int = 0
+    _pool: np.ndarray = field(default_factory=lambda: np.zeros(3))  # the search's windows
+    _pooled: int = 0
+    _before: WindowEstimate | None = None  # the search's last pooled estimate
     _recent: deque[WindowEstimate] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -99,11 +136,15 @@ class StepSafeguard:
             raise ValueError(f"factor must be in (0, 1), got {self.factor!r}")
         if self.recent < 1:
             raise ValueError(f"recent must be an integer >= 1, got {self.recent!r}")
+        if not self.grow > 1:
+            raise ValueError(f"grow must be > 1, got {self.grow!r}")
+        if self.patience < 1:
+            raise ValueError(f"patience must be an integer >= 1, got {self.patience!r}")
         self._recent = deque(maxlen=self.recent)
 
     def observe(self, stats: Any, theta: np.ndarray, update: int, seconds: float) -> Any | None:
         """Count one result's ``[loss sum, sum of squares, rows]``; returns the rebuilt rule
-        when the step was lowered, else None."""
+        when the step changed, else None."""
         if self._skip > 0:
             self._skip -= 1
             return None
@@ -114,44 +155,107 @@ class StepSafeguard:
         if self._stats[2] <= 0:  # empty samples: no estimate
             self._reset()
             return None
-        now = WindowEstimate.of(self._stats, self.penalty(theta))
+        window = self._stats
+        now = WindowEstimate.of(window, self.penalty(theta))
         self._reset()
         best = min(self._recent, key=lambda e: e.value, default=None)
         self._recent.append(now)
-        if best is None or not now.rose_above(best, self.z, self.rise):
+        if best is not None and now.rose_above(best, self.z, self.rise):
+            self.search = False  # the first rise ends the search upward
+            return self._lower(update, seconds, now, best, "rose")
+        if self.search:
+            return self._search(window, update, seconds, theta)
+        return None
+
+    def _search(
+        self, window: np.ndarray, update: int, seconds: float, theta: np.ndarray
+    ) -> Any | None:
+        """One step of the search upward, on ``patience`` windows pooled (one window's sampled
+        losses are too noisy to tell a faster fall from noise)."""
+        self._pool = self._pool + window
+        self._pooled += 1
+        if self._pooled < self.patience:
             return None
-        if len(self.changes) >= self.max_changes:
+        pooled = WindowEstimate.of(self._pool, self.penalty(theta))
+        before = self._before
+        if before is None:  # the first pooled estimate at the run's first step
+            self._before, self._pool, self._pooled = pooled, np.zeros(3), 0
             return None
-        lowered = self.gamma * self.factor
+        if pooled.fell_below(before, self.z_fall):
+            if self._raises() >= self.max_raises:
+                self.search = False
+                return None
+            self._before = pooled
+            return self._change(self.gamma * self.grow, "raised", update, seconds, pooled, before)
+        if self._pooled < self.max_pool * self.patience:
+            return None  # not clear yet: pool more windows (a sequential test)
+        # no clear progress at this step: the search ends, back to the step before the last
+        # raise (a plateau above the optimum is what a SAGA step slightly too large looks like)
+        self.search = False
+        if not self.changes:
+            return None
+        return self._lower(update, seconds, pooled, before, "stalled")
+
+    def _lower(
+        self, update: int, seconds: float, now: WindowEstimate, best: WindowEstimate, why: str
+    ) -> Any | None:
+        if len(self.changes) - self._raises() >= self.max_changes:
+            return None
+        return self._change(self.gamma * self.factor, "lowered", update, seconds, now, best, why)
+
+    def _raises(self) -> int:
+        return sum(1 for c in self.changes if c.get("kind") == "raised")
+
+    def _change(
+        self,
+        gamma: float,
+        kind: str,
+        update: int,
+        seconds: float,
+        now: WindowEstimate,
+        best: WindowEstimate,
+        why: str = "fell",
+    ) -> Any:
         self.changes.append(
             {
+                "kind": kind,
+                "why": why,
                 "update": update,
                 "seconds": seconds,
                 "from": self.gamma,
-                "to": lowered,
+                "to": gamma,
                 "window_objective": now.value,
                 "best_objective": best.value,
             }
         )
-        log.log(
-            self.log_level,
-            "step lowered from %.3g to %.3g at update %d: the tasks' sampled objective rose "
-            "from %.6g to %.6g",
-            self.gamma,
-            lowered,
-            update,
-            best.value,
-            now.value,
-        )
-        self.gamma = lowered
+        if why == "rose":
+            log.log(
+                self.log_level,
+                "step lowered from %.3g to %.3g at update %d: the tasks' sampled objective "
+                "rose from %.6g to %.6g",
+                self.gamma,
+                gamma,
+                update,
+                best.value,
+                now.value,
+            )
+        else:  # the search is expected behaviour: not a warning
+            log.info("step %s from %.3g to %.3g at update %d", kind, self.gamma, gamma, update)
+        self.gamma = gamma
         self._recent.clear()
+        self._pool, self._pooled = np.zeros(3), 0
         self._skip = self.grace
-        return self.rebuild(lowered)
+        return self.rebuild(gamma)
 
     def restore(self, saved: dict[str, Any]) -> Any | None:
-        """Continue from a checkpoint's :meth:`summary`: its step and its changes; returns the
-        rule rebuilt with that step when it was lowered, else None."""
-        self.changes = [dict(c) for c in saved.get("lowered", [])]
+        """Continue from a checkpoint's :meth:`summary`: its step, its changes and whether the
+        search upward goes on; returns the rule rebuilt with that step when it changed, else
+        None."""
+        # "lowered": the list of a checkpoint written before the search upward existed
+        self.changes = [
+            {"kind": "lowered", **c} for c in saved.get("changes", saved.get("lowered", []))
+        ]
+        self.search = self.search and bool(saved.get("searching", True))
         final = float(saved.get("final_step", self.gamma))
         if final == self.gamma:
             return None
@@ -163,4 +267,10 @@ class StepSafeguard:
         self._seen = 0
 
     def summary(self) -> dict[str, Any]:
-        return {"final_step": self.gamma, "lowered": list(self.changes)}
+        return {
+            "final_step": self.gamma,
+            "searching": self.search,
+            "raised": self._raises(),
+            "lowered": len(self.changes) - self._raises(),
+            "changes": list(self.changes),
+        }

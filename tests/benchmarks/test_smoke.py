@@ -44,6 +44,7 @@ SMOKES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "data_path.py": (("data_path_overhead_ratio_largest",), ("spark",)),
     "emulator_validation.py": (("emulator_validation_max_error",), ("spark",)),
     "momentum_engine.py": (("ag_vs_sgd_updates_sync",), ("spark", "sklearn")),
+    "step_search.py": (("searched_vs_best_fixed_updates_max",), ("sklearn",)),
     "soak.py": (("soak_rss_growth_mb",), ("spark",)),
     "scale.py": (("asaga_speedup_emulated_32",), ()),
     "peers_sweep.py": (("fewest_updates_to_target",), ()),

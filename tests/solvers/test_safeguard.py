@@ -31,7 +31,7 @@ def test_noise_around_a_plateau_never_lowers_the_step():
     guard, built = _guard()
     rng = np.random.default_rng(0)
     assert all(r is None for r in _feed(guard, [1.0] * 4000, rng))
-    assert built == [] and guard.gamma == 1.0 and guard.summary()["lowered"] == []
+    assert built == [] and guard.gamma == 1.0 and guard.summary()["changes"] == []
 
 
 def test_a_rise_lowers_the_step_once_then_waits_out_the_grace():
@@ -40,7 +40,8 @@ def test_a_rise_lowers_the_step_once_then_waits_out_the_grace():
     falling = list(np.linspace(2.0, 1.0, 40))
     out = _feed(guard, falling + [1.3] * 4, rng)
     assert out[-1] == ("rule", 0.5) and built == [0.5] and guard.gamma == 0.5
-    (change,) = guard.summary()["lowered"]
+    (change,) = guard.summary()["changes"]
+    assert change["kind"] == "lowered" and change["why"] == "rose"
     assert change["from"] == 1.0 and change["to"] == 0.5 and change["update"] == len(out) - 1
     assert change["window_objective"] > change["best_objective"] * 1.2
     # the grace (2 results) and the new reference window: the same level is not a new rise
@@ -69,19 +70,126 @@ def test_the_penalty_counts_in_the_estimate_and_changes_are_bounded():
     assert built == [0.5, 0.25] and guard.gamma == 0.25  # at most max_changes
 
 
+def test_a_steady_fall_raises_an_automatic_step_and_never_an_explicit_one():
+    falling = list(np.linspace(3.0, 1.0, 400))  # windows of 4, pooled by 3: 12 results a test
+    guard, built = _guard(search=True, max_raises=3)
+    _feed(guard, falling, np.random.default_rng(4), spread=1e-3)
+    assert built == [2.0, 4.0, 8.0] and guard.gamma == 8.0  # up to max_raises, then it stops
+    changes = guard.summary()["changes"]
+    assert [c["kind"] for c in changes] == ["raised"] * 3
+    assert all(c["window_objective"] < c["best_objective"] for c in changes)
+    # the first raise needs a pooled reference (12 results) and a clear fall below it (12 more)
+    assert changes[0]["update"] == 2 * 12 - 1
+    guard, built = _guard(search=False)
+    _feed(guard, falling, np.random.default_rng(4), spread=1e-3)
+    assert built == []
+
+
+def test_a_plateau_after_a_raise_goes_back_to_the_step_before_and_ends_the_search():
+    guard, built = _guard(search=True)
+    rng = np.random.default_rng(5)
+    falling = np.linspace(3.0, 2.0, 24)
+    _feed(guard, list(falling), rng, spread=1e-3)  # a pooled reference, then a clear fall
+    assert built == [2.0]
+    # then no progress below the fall's level: the search pools up to max_pool x patience
+    # windows before it calls a stall (a plateau above the optimum: a step slightly too large)
+    level = float(falling[12:].mean())
+    _feed(guard, [level] * (2 + 4 * 3 * 4), rng, spread=1e-3)
+    assert built == [2.0, 1.0] and guard.gamma == 1.0
+    assert guard.summary()["changes"][-1]["why"] == "stalled"
+    assert not guard.summary()["searching"]
+    _feed(guard, list(np.linspace(2.0, 0.5, 200)), rng, spread=1e-3)
+    assert built == [2.0, 1.0]  # ended: a fall later raises nothing
+
+
+def test_no_clear_fall_from_the_first_step_changes_nothing():
+    guard, built = _guard(search=True)
+    _feed(guard, [1.0] * 400, np.random.default_rng(6))
+    assert built == [] and not guard.summary()["searching"]
+
+
+def test_a_rise_during_the_search_lowers_the_step_and_ends_the_search():
+    guard, built = _guard(search=True)
+    rng = np.random.default_rng(7)
+    falling = np.linspace(3.0, 2.0, 24)
+    _feed(guard, list(falling), rng, spread=1e-3)
+    assert built == [2.0]
+    level = float(falling[12:].mean())
+    _feed(guard, [level] * 6 + [level * 1.2] * 4, rng, spread=1e-3)
+    assert built == [2.0, 1.0] and guard.summary()["changes"][-1]["why"] == "rose"
+    _feed(guard, list(np.linspace(2.5, 0.5, 200)), rng, spread=1e-3)
+    assert built == [2.0, 1.0]
+
+
+def test_an_automatic_step_searched_upward_converges_sooner_than_the_step_alone():
+    """Synchronous SAGA (the same run whatever the threads' order) on breast cancer: the data's
+    step is 16x below the one the run tolerates (see the module docstring of .safeguard). The
+    search must raise it and the run must be far closer to the optimum for it; a search that
+    raised the recorded step without rebuilding the rule would fail the second assertion."""
+    from async_spark.data.dataset import open_dataset
+    from async_spark.solvers import TrainConfig, train_linear
+
+    data = open_dataset("builtin:breast_cancer", 4, standardize=True, loss="logistic")
+    common = dict(data="x", method="saga", partitions=4, l2=1e-3, quiet=True, max_updates=400)
+    runs = {
+        on: train_linear(TrainConfig(step_safeguard=on, **common), dataset=data)
+        for on in (True, False)
+    }
+    searched = runs[True].step_safeguard
+    assert searched["raised"] >= 3 and searched["final_step"] >= 4 * runs[True].step
+    assert runs[False].step == runs[True].step
+    from async_spark.models.linear import objective  # noqa: F401 (the runs report it)
+
+    # the same objective, decreasing to ~0.0796: at 400 updates the searched run is far lower
+    gap = runs[False].final_objective - runs[True].final_objective
+    assert gap > 0.01, (runs[True].final_objective, runs[False].final_objective)
+
+
+def test_an_explicit_step_is_never_raised():
+    from async_spark.data.dataset import open_dataset
+    from async_spark.solvers import TrainConfig, train_linear
+
+    data = open_dataset("builtin:breast_cancer", 4, standardize=True, loss="logistic")
+    r = train_linear(
+        TrainConfig(data="x", method="saga", partitions=4, l2=1e-3, quiet=True, max_updates=300,
+                    step=0.05),
+        dataset=data,
+    )  # fmt: skip
+    assert r.step_safeguard["raised"] == 0 and r.step_safeguard["final_step"] <= 0.05
+
+
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError, match="window must be an integer >= 1"):
         _guard(window=0)
     with pytest.raises(ValueError, match=r"factor must be in \(0, 1\)"):
         _guard(factor=1.0)
+    with pytest.raises(ValueError, match="grow must be > 1"):
+        _guard(grow=1.0)
+    with pytest.raises(ValueError, match="patience must be an integer >= 1"):
+        _guard(patience=0)
 
 
 def test_restore_continues_from_a_checkpointed_summary():
     guard, built = _guard()
-    assert guard.restore({"final_step": 1.0, "lowered": []}) is None and built == []
-    saved = {"final_step": 0.25, "lowered": [{"update": 9, "from": 1.0, "to": 0.5}]}
+    assert guard.restore({"final_step": 1.0, "changes": []}) is None and built == []
+    saved = {
+        "final_step": 0.25,
+        "changes": [{"kind": "lowered", "update": 9, "from": 1.0, "to": 0.5}],
+    }
     assert guard.restore(saved) == ("rule", 0.25) and guard.gamma == 0.25
-    assert guard.summary()["lowered"] == saved["lowered"]
+    assert guard.summary()["changes"] == saved["changes"]
+    # a checkpoint written before the search upward existed: "lowered" was the list
+    old = {"final_step": 0.5, "lowered": [{"update": 3, "from": 1.0, "to": 0.5}]}
+    assert guard.restore(old) == ("rule", 0.5)
+    assert guard.summary()["changes"] == [{"kind": "lowered", **old["lowered"][0]}]
+
+
+def test_restore_keeps_an_ended_search_ended():
+    guard, built = _guard(search=True)
+    guard.restore({"final_step": 4.0, "searching": False, "changes": []})
+    rng = np.random.default_rng(9)
+    _feed(guard, list(np.linspace(3.0, 1.0, 200)), rng, spread=1e-3)
+    assert built == [4.0] and guard.gamma == 4.0  # only the restore's rebuild: no raise
 
 
 def test_a_resumed_run_keeps_the_lowered_step(tmp_path):
@@ -105,6 +213,6 @@ def test_a_resumed_run_keeps_the_lowered_step(tmp_path):
     resumed = train_linear(TrainConfig(max_updates=340, **common), dataset=data, resume=ckpt)
     assert resumed.step_safeguard["final_step"] <= lowered
     assert (
-        resumed.step_safeguard["lowered"][: len(first.step_safeguard["lowered"])]
-        == (first.step_safeguard["lowered"])
+        resumed.step_safeguard["changes"][: len(first.step_safeguard["changes"])]
+        == (first.step_safeguard["changes"])
     )
