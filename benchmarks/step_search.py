@@ -8,8 +8,10 @@ and the method are the real ones; no Spark, so it counts updates, not seconds):
 * ``default``: the library's defaults (automatic step, the safeguard with its search upward),
   ``--repeats`` times (asynchronous runs in threads arrive in a different order each time, and
   the search's decisions with them);
-* ``no search``: the same step with the safeguard off (what the defaults were before the search);
-* ``xK``: K times the default step, fixed (safeguard off), K in ``--multipliers``.
+* ``no search``: the same step with the safeguard off (what the defaults were before the search
+  and the halving on plateaus; SGD's step rule is then ``sqrt``);
+* ``xK``: K times the default step, fixed (safeguard off, the method's default step rule; a
+  momentum method keeps the default's momentum), K in ``--multipliers``.
 
 A row gives the updates to reach each target (the default's: median [min, max] over the
 repeats, a miss counting as more than any count) (relative suboptimality against scikit-learn's
@@ -78,7 +80,8 @@ def run(spec: Any, X: Any, y: np.ndarray, star: float, args: Any, **kw: Any) -> 
     gaps = [(v, (f - star) / abs(star)) for _, v, f in r.snapshots]
     hits = {t: next((v for v, g in gaps if g <= t), None) for t in TARGETS}
     final = (r.step_safeguard or {}).get("final_step", r.step)
-    return {"hits": hits, "step": r.step, "final": final, "gap": gaps[-1][1]}
+    beta = (r.momentum or {}).get("beta")  # a momentum method's fixed multiples keep it
+    return {"hits": hits, "step": r.step, "final": final, "gap": gaps[-1][1], "beta": beta}
 
 
 def row(label: str, out: dict[str, Any]) -> None:
@@ -127,8 +130,10 @@ def main(argv: list[str] | None = None) -> int:
                 row("no search", run(spec, X, y, star, args, step_safeguard=False, **common))
                 fixed = []
                 for k in (float(m) for m in args.multipliers.split(",")):
+                    beta = defaults[0]["beta"]
+                    extra = {} if beta is None else {"momentum": beta}
                     out = run(spec, X, y, star, args, step=defaults[0]["step"] * k,
-                              step_safeguard=False, **common)  # fmt: skip
+                              step_safeguard=False, **extra, **common)  # fmt: skip
                     row(f"x{k:g}", out)
                     fixed.append(out["hits"][1e-3])
                 best = min((h for h in fixed if h is not None), default=None)

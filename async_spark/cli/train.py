@@ -66,8 +66,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="halve the step when the losses the tasks measure on their samples rise, and "
-        "search an automatic SGD/SAGA step upward while they clearly fall faster for it (the "
-        "summary's step_safeguard lists each change)",
+        "search an automatic SGD/SAGA step upward while they clearly fall faster for it, and "
+        "halve an automatic SGD or momentum step on plateaus (the summary's step_safeguard "
+        "lists each change)",
     )
     p.add_argument("--loss", default="logistic", help="logistic | squares | softmax")
     from async_spark.solvers.config import LINEAR_METHODS
@@ -99,7 +100,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--step-rule",
         default=None,
-        help="constant | sqrt | staleness (default: sqrt for SGD, constant for SAGA)",
+        help="constant | sqrt | staleness (default: constant for SAGA, and for SGD with --step "
+        "auto and the safeguard, which halves it on plateaus; else sqrt for SGD)",
     )
     p.add_argument(
         "--batch-fraction",

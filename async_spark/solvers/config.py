@@ -69,7 +69,7 @@ class TrainConfig:
     l1: float = 0.0
     step: float | str = "auto"
     step_safeguard: bool = True  # lower the step when the tasks' sampled losses rise
-    step_rule: str | None = None  # default: sqrt for sgd/asgd, constant for saga/asaga
+    step_rule: str | None = None  # default: constant (saga; sgd with an automatic step), sqrt
     momentum: float | None = None  # beta for hb/ag/apg with an explicit --step
     momentum_damping: float = 0.0  # beta / (1 + c * staleness) for asynchronous momentum
     batch_fraction: float = 0.1

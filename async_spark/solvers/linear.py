@@ -215,6 +215,19 @@ def _start(engine: Any, rebuild: Any, spark: Any, config: TrainConfig) -> Any:
         return engine
 
 
+def decays(config: TrainConfig, family: Any) -> bool:
+    """Whether the step safeguard halves the run's step on plateaus (:mod:`.safeguard`): an
+    automatic step with the default step rule, of a method that a constant step leaves in a
+    noise ball. Its step rule is then ``constant`` (else SGD's default ``sqrt`` would decay it
+    twice)."""
+    return bool(
+        config.step_safeguard
+        and config.step == "auto"
+        and config.step_rule is None
+        and family.noise_ball
+    )
+
+
 def train_linear(
     config: TrainConfig,
     *,
@@ -271,6 +284,10 @@ def train_linear(
         synchronous=row.synchronous,
         max_delay=config.max_delay(desc.num_blocks),
     )
+    # an automatic step that the safeguard halves on plateaus is constant between halvings
+    decay = decays(config, family)
+    if decay:
+        setup = setup._replace(step_rule="constant")
     step = family.choose_step(problem, setup)
     rule = family.build_rule(problem, setup, step)
     safeguard = (
@@ -281,6 +298,8 @@ def train_linear(
             window=max(2 * desc.num_blocks, 8),
             grace=desc.num_blocks,
             search=config.step == "auto" and family.step_search,  # an explicit --step: lowered only
+            decay=decay,
+            pool_rows=float(desc.n),  # a pooled estimate samples as many rows as the data has
             log_level=logging.INFO if config.quiet else logging.WARNING,
         )
         if config.step_safeguard

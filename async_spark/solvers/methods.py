@@ -117,6 +117,9 @@ class Family(Protocol):
     #: whether the step safeguard may search upward from an automatic step (see .safeguard):
     #: not for momentum, whose step and momentum are tuned together from (mu, L)
     step_search: bool
+    #: whether a constant step leaves the method in a noise ball, so that the safeguard halves
+    #: an automatic step on plateaus (not SAGA: its variance-reduced step converges)
+    noise_ball: bool
 
     def choose_step(self, problem: Problem, setup: Setup) -> StepChoice: ...
 
@@ -205,6 +208,7 @@ class SGDFamily(_GradientMessages):
     """Mini-batch SGD (:mod:`async_spark.optim.sgd`)."""
 
     step_search = True
+    noise_ball = True
 
     def choose_step(self, problem: Problem, setup: Setup) -> StepChoice:
         return StepChoice(_safe_step("sgd", problem, setup))
@@ -223,6 +227,7 @@ class SAGAFamily:
 
     computation = "saga"
     step_search = True
+    noise_ball = False
 
     def choose_step(self, problem: Problem, setup: Setup) -> StepChoice:
         return StepChoice(_safe_step("saga", problem, setup))
@@ -262,6 +267,7 @@ class MomentumFamily(_GradientMessages):
 
     rule: str
     step_search = False
+    noise_ball = True
 
     def choose_step(self, problem: Problem, setup: Setup) -> StepChoice:
         if setup.step == "auto":
@@ -295,6 +301,7 @@ class DCASGDFamily:
 
     computation = "gradient"
     step_search = True
+    noise_ball = True
 
     def choose_step(self, problem: Problem, setup: Setup) -> StepChoice:
         return StepChoice(_safe_step("sgd", problem, setup))

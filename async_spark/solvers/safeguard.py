@@ -25,7 +25,8 @@ for the SGD and SAGA families). The default step comes from bounds that hold eve
 the logistic loss the curvature bound :math:`\ell'' \le 1/4` is tight only at margin 0, and
 once most rows are classified with some margin the step the run tolerates is often 8-30x larger
 (``benchmarks/step_search.py``). One window's sampled losses are too noisy to tell a faster
-fall from noise, so the search pools ``patience`` windows into one estimate, and
+fall from noise, so the search pools ``patience`` windows, and at least ``pool_rows`` sampled
+rows (the run: as many as the dataset has, whatever the number of blocks), into one estimate, and
 
 - when a pooled estimate falls below the previous one by more than ``z_fall`` standard errors
   of the difference, the step is multiplied by ``grow`` (at most ``max_raises`` times);
@@ -39,6 +40,18 @@ This is the "bold driver" of Vogl et al. (Biol. Cybern. 59, 1988) and Battiti (C
 tolerates, at the cost of the windows spent finding it. It is a heuristic, not a theorem: a
 step it leaves too large is caught by the rise test and the divergence guard. An explicit
 ``--step`` is the user's: it is only lowered.
+
+**Halving on plateaus** (``decay=True``: an automatic step of a method that a constant step
+leaves in a noise ball: SGD, ASGD, DC-ASGD and the momentum methods, not SAGA, whose
+variance-reduced updates converge at a constant step). Once the search has ended, the same
+pooled test goes on: a pooled estimate clearly below the previous one means the run still
+progresses at this step; ``max_pool * patience`` windows (and ``max_pool * pool_rows`` rows)
+without one mean it has reached the ball of this step, which is then halved, and the next plateau is given twice as many windows.
+Halving the step as the phases double in length is the epoch schedule of Hazan & Kale ("Beyond
+the regret minimization barrier: optimal algorithms for stochastic strongly-convex
+optimization", JMLR 15, 2014), which attains the optimal O(1/T) rate for strongly convex
+stochastic problems; here a phase ends when the sampled losses stop falling instead of at a
+count fixed in advance.
 
 The divergence guard of :mod:`.loop` remains the backstop for a run that explodes within one
 window.
@@ -99,6 +112,8 @@ class StepSafeguard:
     search : bool
         Raise the step while the run keeps improving, until the first rise (an automatic step);
         False only lowers it (an explicit step).
+    decay : bool
+        Once the search has ended, halve the step on each plateau (see the module docstring).
     z, rise, recent, factor, grace, max_changes, grow, patience, max_raises : see the module
         docstring.
     """
@@ -115,18 +130,23 @@ class StepSafeguard:
     grace: int = 0
     max_changes: int = 20
     search: bool = False
+    decay: bool = False
     grow: float = 2.0
     patience: int = 3
     max_raises: int = 6
     max_pool: int = 4  # x patience: the most windows the search pools before it calls a stall
+    pool_rows: float = 0.0  # and the fewest sampled rows a pooled estimate takes (the run: N)
     log_level: int = logging.WARNING  # of the line each change logs (INFO for quiet runs)
     changes: list[dict[str, Any]] = field(default_factory=list)
     _stats: np.ndarray = field(default_factory=lambda: np.zeros(3))
     _seen: int = 0
     _skip: int = 0
-    _pool: np.ndarray = field(default_factory=lambda: np.zeros(3))  # the search's windows
-    _pooled: int = 0
-    _before: WindowEstimate | None = None  # the search's last pooled estimate
+    # the pooled test: its windows' stats, their number, its reference estimate, and the most
+    # windows it may take before it calls a stall or a plateau
+    _pool: np.ndarray = field(default_factory=lambda: np.zeros(3), init=False)
+    _pooled: int = field(default=0, init=False)
+    _before: WindowEstimate | None = field(default=None, init=False)
+    _limit: int = field(default=0, init=False)
     _recent: deque[WindowEstimate] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -141,6 +161,7 @@ class StepSafeguard:
         if self.patience < 1:
             raise ValueError(f"patience must be an integer >= 1, got {self.patience!r}")
         self._recent = deque(maxlen=self.recent)
+        self._limit = self.max_pool * self.patience
 
     def observe(self, stats: Any, theta: np.ndarray, update: int, seconds: float) -> Any | None:
         """Count one result's ``[loss sum, sum of squares, rows]``; returns the rebuilt rule
@@ -162,46 +183,62 @@ class StepSafeguard:
         self._recent.append(now)
         if best is not None and now.rose_above(best, self.z, self.rise):
             self.search = False  # the first rise ends the search upward
-            return self._lower(update, seconds, now, best, "rose")
-        if self.search:
+            lowered = self._lower(self.gamma * self.factor, update, seconds, now, best, "rose")
+            if lowered is not None:
+                return lowered
+        if self.search or self.decay:
             return self._search(window, update, seconds, theta)
         return None
 
     def _search(
         self, window: np.ndarray, update: int, seconds: float, theta: np.ndarray
     ) -> Any | None:
-        """One step of the search upward, on ``patience`` windows pooled (one window's sampled
-        losses are too noisy to tell a faster fall from noise)."""
+        """One step of the pooled test (the search upward, then the halving on plateaus): one
+        window's sampled losses are too noisy to tell a faster fall from noise."""
         self._pool = self._pool + window
         self._pooled += 1
-        if self._pooled < self.patience:
+        if self._pooled < self.patience or self._pool[2] < self.pool_rows:
             return None
         pooled = WindowEstimate.of(self._pool, self.penalty(theta))
         before = self._before
-        if before is None:  # the first pooled estimate at the run's first step
+        if before is None or pooled.fell_below(before, self.z_fall):
+            # a reference, or progress at this step: the next estimate starts afresh
             self._before, self._pool, self._pooled = pooled, np.zeros(3), 0
-            return None
-        if pooled.fell_below(before, self.z_fall):
+            if before is None or not self.search:
+                return None
             if self._raises() >= self.max_raises:
                 self.search = False
                 return None
-            self._before = pooled
             return self._change(self.gamma * self.grow, "raised", update, seconds, pooled, before)
-        if self._pooled < self.max_pool * self.patience:
+        limit_rows = self._limit / self.patience * self.pool_rows
+        if self._pooled < self._limit or self._pool[2] < limit_rows:
             return None  # not clear yet: pool more windows (a sequential test)
-        # no clear progress at this step: the search ends, back to the step before the last
-        # raise (a plateau above the optimum is what a SAGA step slightly too large looks like)
-        self.search = False
-        if not self.changes:
-            return None
-        return self._lower(update, seconds, pooled, before, "stalled")
+        self._before, self._pool, self._pooled = pooled, np.zeros(3), 0
+        if self.search:
+            # no clear progress at this step: the search ends, back to the step before the last
+            # raise (a plateau above the optimum is what a SAGA step slightly too large looks like)
+            self.search = False
+            if not self._raises():
+                return None
+            return self._lower(self.gamma / self.grow, update, seconds, pooled, before, "stalled")
+        # decaying: this step's noise ball; the next phase is twice as long
+        lowered = self._lower(self.gamma * self.factor, update, seconds, pooled, before, "plateau")
+        if lowered is not None:
+            self._limit *= 2
+        return lowered
 
     def _lower(
-        self, update: int, seconds: float, now: WindowEstimate, best: WindowEstimate, why: str
+        self,
+        gamma: float,
+        update: int,
+        seconds: float,
+        now: WindowEstimate,
+        best: WindowEstimate,
+        why: str,
     ) -> Any | None:
         if len(self.changes) - self._raises() >= self.max_changes:
             return None
-        return self._change(self.gamma * self.factor, "lowered", update, seconds, now, best, why)
+        return self._change(gamma, "lowered", update, seconds, now, best, why)
 
     def _raises(self) -> int:
         return sum(1 for c in self.changes if c.get("kind") == "raised")
@@ -244,6 +281,8 @@ class StepSafeguard:
         self.gamma = gamma
         self._recent.clear()
         self._pool, self._pooled = np.zeros(3), 0
+        if why == "rose":  # the windows before a rise are no reference for the lowered step
+            self._before = None
         self._skip = self.grace
         return self.rebuild(gamma)
 
@@ -256,6 +295,12 @@ class StepSafeguard:
             {"kind": "lowered", **c} for c in saved.get("changes", saved.get("lowered", []))
         ]
         self.search = self.search and bool(saved.get("searching", True))
+        self._limit = int(saved.get("plateau_windows", self._limit))
+        pooled = saved.get("pooled_test", {})
+        self._pool = np.asarray(pooled.get("stats", [0.0, 0.0, 0.0]), dtype=np.float64)
+        self._pooled = int(pooled.get("windows", 0))
+        ref = pooled.get("reference")
+        self._before = None if ref is None else WindowEstimate(float(ref[0]), float(ref[1]))
         final = float(saved.get("final_step", self.gamma))
         if final == self.gamma:
             return None
@@ -270,6 +315,14 @@ class StepSafeguard:
         return {
             "final_step": self.gamma,
             "searching": self.search,
+            "plateau_windows": self._limit,
+            "pooled_test": {
+                "stats": [float(v) for v in self._pool],
+                "windows": self._pooled,
+                "reference": None
+                if self._before is None
+                else [self._before.value, self._before.stderr],
+            },
             "raised": self._raises(),
             "lowered": len(self.changes) - self._raises(),
             "changes": list(self.changes),

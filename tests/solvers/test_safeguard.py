@@ -121,6 +121,89 @@ def test_a_rise_during_the_search_lowers_the_step_and_ends_the_search():
     assert built == [2.0, 1.0]
 
 
+def test_decay_halves_on_each_plateau_and_doubles_the_next_phase():
+    guard, built = _guard(decay=True)  # no search: an ended one, as after a stall
+    rng = np.random.default_rng(8)
+    # 3 windows pooled = 12 results; a plateau is 4 x 3 windows without a clear fall
+    _feed(guard, [1.0] * 12, rng, spread=1e-3)  # the reference
+    _feed(guard, [1.0] * 48, rng, spread=1e-3)
+    assert built == [0.5]
+    (change,) = guard.summary()["changes"]
+    assert change["why"] == "plateau" and guard.summary()["plateau_windows"] == 24
+    _feed(guard, [1.0] * 2 + [1.0] * 48, rng, spread=1e-3)  # grace, then half the next phase
+    assert built == [0.5]
+    _feed(guard, [1.0] * 48, rng, spread=1e-3)
+    assert built == [0.5, 0.25]
+    # a clear fall within a phase keeps the step
+    guard, built = _guard(decay=True)
+    _feed(guard, list(np.linspace(3.0, 1.0, 200)), rng, spread=1e-3)
+    assert built == []
+
+
+def test_a_pooled_estimate_takes_at_least_pool_rows_rows():
+    # 50 rows a result, windows of 4: 200 rows a window; 1000 rows = 5 windows, not 3
+    guard, built = _guard(search=True, pool_rows=1000.0)
+    out = _feed(guard, list(np.linspace(3.0, 1.0, 60)), np.random.default_rng(10), spread=1e-3)
+    assert built[:1] == [2.0] and out.index(("rule", 2.0)) == 2 * 5 * 4 - 1
+
+
+def test_a_rise_while_decaying_halves_and_takes_a_fresh_reference():
+    guard, built = _guard(decay=True)
+    rng = np.random.default_rng(11)
+    _feed(guard, [1.0] * 12, rng, spread=1e-6)  # the reference
+    _feed(guard, [1.5] * 4, rng, spread=1e-6)  # a window rises
+    assert built == [0.5] and guard.summary()["changes"][-1]["why"] == "rose"
+    assert guard.summary()["plateau_windows"] == 12  # a rise does not lengthen the phases
+    # falling from 1.5 but never below the old reference 1.0: progress against a fresh one
+    _feed(guard, [1.5] * (2 + 12) + list(np.linspace(1.45, 1.2, 48)), rng, spread=1e-6)
+    assert built == [0.5]
+
+
+def test_a_restored_phase_length_is_kept():
+    guard, built = _guard(decay=True)
+    guard.restore({"final_step": 1.0, "plateau_windows": 24, "changes": []})
+    rng = np.random.default_rng(12)
+    _feed(guard, [1.0] * 12 + [1.001] * 95, rng, spread=1e-6)
+    assert built == []  # 24 windows = 96 results
+    _feed(guard, [1.001], rng, spread=1e-6)
+    assert built == [0.5]
+
+
+def test_the_search_hands_over_to_the_halving_with_a_fresh_pool():
+    guard, built = _guard(search=True, decay=True, max_raises=1)
+    rng = np.random.default_rng(13)
+    _feed(guard, list(np.linspace(3.0, 2.0, 24)), rng, spread=1e-6)
+    assert built == [2.0]
+    falling = np.linspace(1.76, 1.74, 12)  # after the grace: progress, but no raise is left
+    _feed(guard, [2.0] * 2 + list(falling), rng, spread=1e-6)
+    assert built == [2.0] and not guard.summary()["searching"]
+    level = float(falling.mean()) * 1.001  # neither a fall nor a rise (< 1%)
+    _feed(guard, [level] * 47, rng, spread=1e-6)
+    assert built == [2.0]  # a plateau needs 12 fresh windows
+    _feed(guard, [level], rng, spread=1e-6)
+    assert built == [2.0, 1.0] and guard.summary()["changes"][-1]["why"] == "plateau"
+
+
+def test_a_checkpointed_pooled_test_continues_where_it_was():
+    guard, built = _guard(decay=True)
+    rng = np.random.default_rng(14)
+    _feed(guard, [1.0] * 12 + [1.001] * 28, rng, spread=1e-6)  # whole windows: a checkpoint
+    again, rebuilt = _guard(decay=True)  # keeps the pooled test, not a half-filled window
+    again.restore(guard.summary())
+    for g in (guard, again):
+        _feed(g, [1.001] * 19, rng, spread=1e-6)
+    assert built == rebuilt == []
+    for g in (guard, again):
+        _feed(g, [1.001], rng, spread=1e-6)
+    assert built == rebuilt == [0.5]  # 12 + 48 results: the same plateau, resumed or not
+
+
+def test_without_decay_a_plateau_keeps_the_step():
+    guard, built = _guard(decay=False)
+    _feed(guard, [1.0] * 400, np.random.default_rng(8), spread=1e-3)
+    assert built == []
+
+
 def test_an_automatic_step_searched_upward_converges_sooner_than_the_step_alone():
     """Synchronous SAGA (the same run whatever the threads' order) on breast cancer: the data's
     step is 16x below the one the run tolerates (see the module docstring of .safeguard). The
@@ -143,6 +226,36 @@ def test_an_automatic_step_searched_upward_converges_sooner_than_the_step_alone(
     # the same objective, decreasing to ~0.0796: at 400 updates the searched run is far lower
     gap = runs[False].final_objective - runs[True].final_objective
     assert gap > 0.01, (runs[True].final_objective, runs[False].final_objective)
+
+
+def test_an_automatic_sgd_step_is_halved_on_plateaus_and_gets_closer_than_the_sqrt_rule():
+    """Synchronous SGD on breast cancer (deterministic): with the defaults the step is searched,
+    then halved on each plateau with a constant rule between; the old default (the sqrt rule,
+    no safeguard) ends far above. A halving that did not rebuild the rule, or a rule left at
+    sqrt under the halvings, would not get as close."""
+    from async_spark.data.dataset import open_dataset
+    from async_spark.solvers import TrainConfig, train_linear
+    from async_spark.solvers.linear import decays
+    from async_spark.solvers.methods import method
+
+    data = open_dataset("builtin:breast_cancer", 4, standardize=True, loss="logistic")
+    common = dict(data="x", method="sgd", partitions=4, l2=1e-3, quiet=True, max_updates=1500)
+    default = train_linear(TrainConfig(**common), dataset=data)
+    old = train_linear(TrainConfig(step_safeguard=False, **common), dataset=data)
+    whys = [c["why"] for c in default.step_safeguard["changes"]]
+    assert whys.count("plateau") >= 2, whys
+    assert default.step_safeguard["final_step"] < default.step  # halved below where it began
+    # the optimum is ~0.0796; the sqrt rule is ~0.2 above it after 1500 updates
+    assert old.final_objective - default.final_objective > 0.05, (
+        default.final_objective,
+        old.final_objective,
+    )
+    sgd, saga = method("sgd").family, method("saga").family
+    assert decays(TrainConfig(**common), sgd)
+    assert not decays(TrainConfig(**common), saga)  # variance-reduced: no noise ball
+    assert not decays(TrainConfig(step=0.1, **common), sgd)  # an explicit step
+    assert not decays(TrainConfig(step_rule="sqrt", **common), sgd)  # an explicit rule
+    assert not decays(TrainConfig(step_safeguard=False, **common), sgd)
 
 
 def test_an_explicit_step_is_never_raised():
