@@ -218,12 +218,14 @@ def _start(engine: Any, rebuild: Any, spark: Any, config: TrainConfig) -> Any:
 def decays(config: TrainConfig, family: Any) -> bool:
     """Whether the step safeguard halves the run's step on plateaus (:mod:`.safeguard`): an
     automatic step with the default step rule, of a method that a constant step leaves in a
-    noise ball. Its step rule is then ``constant`` (else SGD's default ``sqrt`` would decay it
-    twice)."""
+    noise ball, on sampled gradients (with whole blocks, ``batch_fraction = 1``, there is no
+    sampling noise and so no ball: the losses' spread is then the rows', not noise). Its step
+    rule is then ``constant`` (else SGD's default ``sqrt`` would decay it twice)."""
     return bool(
         config.step_safeguard
         and config.step == "auto"
         and config.step_rule is None
+        and config.batch_fraction < 1
         and family.noise_ball
     )
 

@@ -256,6 +256,8 @@ def test_an_automatic_sgd_step_is_halved_on_plateaus_and_gets_closer_than_the_sq
     assert not decays(TrainConfig(step=0.1, **common), sgd)  # an explicit step
     assert not decays(TrainConfig(step_rule="sqrt", **common), sgd)  # an explicit rule
     assert not decays(TrainConfig(step_safeguard=False, **common), sgd)
+    # whole blocks: no sampling noise, no ball (a full-gradient AG must not be slowed)
+    assert not decays(TrainConfig(**{**common, "batch_fraction": 1.0}), sgd)
 
 
 def test_an_explicit_step_is_never_raised():
