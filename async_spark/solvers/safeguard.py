@@ -46,7 +46,8 @@ leaves in a noise ball: SGD, ASGD, DC-ASGD and the momentum methods, not SAGA, w
 variance-reduced updates converge at a constant step). Once the search has ended, the same
 pooled test goes on: a pooled estimate clearly below the previous one means the run still
 progresses at this step; ``max_pool * patience`` windows (and ``max_pool * pool_rows`` rows)
-without one mean it has reached the ball of this step, which is then halved, and the next plateau is given twice as many windows.
+without one mean it has reached the ball of this step, which is then halved, and the next
+plateau is given twice as many windows.
 Halving the step as the phases double in length is the epoch schedule of Hazan & Kale ("Beyond
 the regret minimization barrier: optimal algorithms for stochastic strongly-convex
 optimization", JMLR 15, 2014), which attains the optimal O(1/T) rate for strongly convex
@@ -187,10 +188,10 @@ class StepSafeguard:
             if lowered is not None:
                 return lowered
         if self.search or self.decay:
-            return self._search(window, update, seconds, theta)
+            return self._pooled_test(window, update, seconds, theta)
         return None
 
-    def _search(
+    def _pooled_test(
         self, window: np.ndarray, update: int, seconds: float, theta: np.ndarray
     ) -> Any | None:
         """One step of the pooled test (the search upward, then the halving on plateaus): one
