@@ -6,12 +6,11 @@ Every name here is public: a subcommand module imports only these, never another
 from __future__ import annotations
 
 import argparse
-import difflib
 import logging
 import os
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,6 @@ __all__ = [
     "HelpFormatter",
     "add_master_and_conf",
     "add_spark_arguments",
-    "check_choice",
     "check_executors_or_fail",
     "report_error",
     "log_path",
@@ -113,25 +111,6 @@ def add_spark_arguments(p: argparse.ArgumentParser, *, remote: bool = False) -> 
     ``--remote`` for those that run on Spark Connect)."""
     add_master_and_conf(p, remote=remote)
     p.add_argument("--debug", action="store_true", help="show tracebacks")
-
-
-def check_choice(
-    flag: str,
-    value: str,
-    choices: Sequence[str],
-    *,
-    shown: str | None = None,
-    got: str | None = None,
-) -> str:
-    """``value`` if it is one of ``choices``, else a ValueError naming ``flag``, the choices
-    (``shown``, default: them listed), what the user wrote (``got``, default ``value``) and the
-    closest choice ("did you mean ...?")."""
-    if value in choices:
-        return value
-    close = difflib.get_close_matches(value, list(choices), n=1, cutoff=0.6)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    allowed = shown or f"one of {', '.join(choices)}"
-    raise ValueError(f"{flag} must be {allowed}, got {got or repr(value)}{hint}")
 
 
 def log_path(out: str | os.PathLike[str] | None, command: str) -> Path:

@@ -21,7 +21,6 @@ from typing import Any
 
 from async_spark.cli._common import (
     add_spark_arguments,
-    check_choice,
     check_executors_or_fail,
     log_path,
     parse_float,
@@ -210,53 +209,25 @@ def method_names(text: str) -> list[str]:
     return [m.strip() for m in text.split(",") if m.strip()]
 
 
-def check_train_choices(args: argparse.Namespace) -> None:
-    """The options that take a name, checked with "did you mean" before anything runs
-    (``TrainConfig.validate`` checks them again, and everything else)."""
-    from async_spark.models.linear import LOSSES
+def train_configs(args: argparse.Namespace) -> list[Any]:
+    """One validated ``TrainConfig`` per ``--method`` (each in ``--out/METHOD`` when several).
+
+    Every option is checked by ``TrainConfig.validate`` (its ``ConfigError`` names the flag,
+    with the closest choice for a misspelt name); only the command line's own options (the
+    method list, ``--plot``) are checked here."""
     from async_spark.solvers.config import (
-        FORMATS,
         LINEAR_METHODS,
-        PUBLISHERS,
-        STEP_RULES,
-        TRANSPORTS,
+        MOMENTUM_METHODS,
+        SYNC_METHODS,
+        ConfigError,
+        TrainConfig,
     )
 
     methods = method_names(args.method)
     if not methods:
-        raise ValueError(f"--method must name at least one of {', '.join(LINEAR_METHODS)}")
-    for m in methods:
-        check_choice("--method", m, LINEAR_METHODS)
-    if args.format == "csv":
-        raise ValueError(
-            "--format csv: CSV is not a supported format; convert the file to LIBSVM or "
-            "Parquet (docs/quickstart.md, 'Your own data')"
-        )
-    check_choice("--format", args.format, FORMATS)
-    check_choice("--loss", args.loss, LOSSES)
-    if args.step_rule is not None:
-        check_choice("--step-rule", args.step_rule, STEP_RULES)
-    check_choice("--publisher", args.publisher, PUBLISHERS)
-    check_choice("--transport", args.transport, TRANSPORTS)
-    kind = str(args.stragglers).strip().lower().partition(":")[0]
-    if kind not in ("", "none", "intensity", "cloud", "slow-executor"):
-        check_choice(
-            "--stragglers",
-            kind,
-            ("none", "intensity", "cloud", "slow-executor"),
-            shown="none, intensity:C, cloud or slow-executor:F",
-            got=repr(args.stragglers),
-        )
+        raise ConfigError("method", f"must name at least one of {', '.join(LINEAR_METHODS)}")
     if getattr(args, "plot", False) and args.out is None and args.resume is None:
         raise ValueError("--plot needs --out DIR (the figure is written there)")
-
-
-def train_configs(args: argparse.Namespace) -> list[Any]:
-    """One validated ``TrainConfig`` per ``--method`` (each in ``--out/METHOD`` when several)."""
-    from async_spark.solvers.config import MOMENTUM_METHODS, SYNC_METHODS, TrainConfig
-
-    check_train_choices(args)
-    methods = method_names(args.method)
     configs = []
     for method in methods:
         out = args.out

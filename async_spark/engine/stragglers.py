@@ -21,7 +21,24 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Delay", "StragglerModel", "parse_stragglers"]
+__all__ = [
+    "STRAGGLER_KINDS",
+    "Delay",
+    "StragglerModel",
+    "UnknownStragglerModel",
+    "parse_stragglers",
+]
+
+#: The straggler models by name.
+STRAGGLER_KINDS = ("none", "intensity", "cloud", "slow-executor")
+
+
+class UnknownStragglerModel(ValueError):
+    """A straggler text that names no model; ``kind`` is the name it gave."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 @dataclass(frozen=True)
@@ -63,9 +80,8 @@ class StragglerModel:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        kinds = ("none", "intensity", "cloud", "slow-executor")
-        if self.kind not in kinds:
-            raise ValueError(f"stragglers must be one of {kinds}, got {self.kind!r}")
+        if self.kind not in STRAGGLER_KINDS:
+            raise ValueError(f"stragglers must be one of {STRAGGLER_KINDS}, got {self.kind!r}")
         if self.kind == "intensity" and not self.intensity >= 0:
             raise ValueError(f"straggler intensity C must be >= 0, got {self.intensity!r}")
         if self.kind == "slow-executor" and not self.intensity >= 1:
@@ -135,7 +151,8 @@ def parse_stragglers(text: str | None, seed: int = 0) -> StragglerModel:
             return StragglerModel("slow-executor", intensity=float(value or 3.0), seed=seed)
     except ValueError as exc:
         raise ValueError(f"bad straggler model {text!r}: {exc}") from None
-    raise ValueError(
+    raise UnknownStragglerModel(
         f"unknown straggler model {text!r}; allowed: none, intensity:C (C>=0), cloud, "
-        "slow-executor:F (F>=1)"
+        "slow-executor:F (F>=1)",
+        kind=name,
     )

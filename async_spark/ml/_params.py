@@ -34,7 +34,6 @@ from pyspark.ml.param.shared import (
 )
 
 from async_spark.engine.policies import PartialBarrier, PolicyError, StalenessBound
-from async_spark.engine.stragglers import parse_stragglers
 from async_spark.solvers.config import (
     LINEAR_METHODS,
     MOMENTUM_METHODS,
@@ -48,6 +47,7 @@ from async_spark.solvers.validation import (
     check_fraction,
     check_int,
     check_number,
+    check_stragglers,
     escape,
     quote,
 )
@@ -110,8 +110,8 @@ def _checked(
 
 # Local adapters, where TrainConfig.validate() has no check of validation.py to call: it writes
 # momentum's [0, 1) inline (validation.py has no interval check, which elasticNetParam and
-# threshold need too), and says the engine's PolicyError (beta, tau) and the straggler parser's
-# ValueError as a ConfigError the way these do.
+# threshold need too), and says the engine's PolicyError (beta, tau) as a ConfigError the way it
+# does; the straggler text is parsed by validation.check_stragglers, TrainConfig's own parser.
 def _unit_interval(*, closed: bool) -> Callable[[str, float], float]:
     right = "]" if closed else ")"
 
@@ -125,10 +125,7 @@ def _unit_interval(*, closed: bool) -> Callable[[str, float], float]:
 
 
 def _straggler_model(field: str, value: str) -> str:
-    try:
-        parse_stragglers(value)
-    except ValueError as exc:
-        raise ConfigError(field, f"is not valid: {escape(str(exc))}") from None
+    check_stragglers(field, value)
     return value.strip().lower()
 
 

@@ -13,7 +13,7 @@ from async_spark.engine.policies import (
     StalenessBound,
     StaleSynchronous,
 )
-from async_spark.engine.stragglers import StragglerModel, parse_stragglers
+from async_spark.engine.stragglers import StragglerModel
 from async_spark.models.linear import LOSSES
 
 from .methods import METHODS, MomentumFamily
@@ -25,6 +25,7 @@ from .validation import (
     check_fraction,
     check_int,
     check_number,
+    check_stragglers,
     escape,
     quote,
 )
@@ -100,6 +101,12 @@ class TrainConfig:
         """Check every option once (one :class:`ConfigError` naming the first bad one)."""
         check_choice("method", self.method, LINEAR_METHODS)
         check_choice("loss", self.loss, LOSSES)
+        if self.format == "csv":
+            raise ConfigError(
+                "format",
+                "csv: CSV is not a supported format; convert the file to LIBSVM or Parquet "
+                "(docs/quickstart.md, 'Your own data')",
+            )
         check_choice("format", self.format, FORMATS)
         check_number("l2", self.l2, strict=False)
         check_number("l1", self.l1, strict=False)
@@ -122,10 +129,7 @@ class TrainConfig:
         if self.partitions is not None:
             check_int("partitions", self.partitions, 1)
         self._validate_policy()
-        try:
-            self.straggler_model()
-        except ValueError as exc:
-            raise ConfigError("stragglers", f"is not valid: {escape(str(exc))}") from None
+        self.straggler_model()
         if self.straggler_base is not None:
             check_number("straggler_base", self.straggler_base)
         if self.max_updates is not None:
@@ -234,7 +238,15 @@ class TrainConfig:
         )
 
     def straggler_model(self) -> StragglerModel:
-        return parse_stragglers(self.stragglers, seed=self.seed)
+        """The model ``stragglers`` names, seeded by ``seed`` (a :class:`ConfigError` if it names
+        none): parsed once, by :meth:`validate` or the first call, and kept while neither field
+        changes."""
+        key = (self.stragglers, self.seed)
+        kept = self.__dict__.get("_straggler_model")
+        if kept is None or kept[0] != key:
+            kept = key, check_stragglers("stragglers", self.stragglers, seed=self.seed)
+            self.__dict__["_straggler_model"] = kept
+        return kept[1]
 
     def as_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

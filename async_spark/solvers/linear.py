@@ -269,7 +269,7 @@ def train_linear(
     """
     called = time.perf_counter()  # setup_seconds: the user's call to the engine's start
     # Setup, once: validate -> step size -> rule.
-    config.validate()
+    stragglers = config.validate().straggler_model()  # parsed once, by validate
     if dataset is not None and config.partitions is None:
         config = dataclasses.replace(config, partitions=dataset[1].num_blocks)
     config = config.for_session(spark)
@@ -348,7 +348,7 @@ def train_linear(
             policy=config.policy(),
             initial_model=current.theta,
             task_args=task_args,
-            stragglers=config.straggler_model(),
+            stragglers=stragglers,
             straggler_base_seconds=config.straggler_base
             if resume is None or config.straggler_base is not None
             else resume.engine.get("mean_task_seconds"),

@@ -78,3 +78,51 @@ def test_the_cli_predicts_the_task_slots_of_a_master(master, slots):
     from async_spark.cli.train import predicted_slots
 
     assert predicted_slots(master) == slots
+
+
+@pytest.mark.parametrize(
+    ("options", "field", "hint"),
+    [
+        (dict(method="asgaa"), "method", "did you mean 'asaga'?"),
+        (dict(loss="softmx"), "loss", "did you mean 'softmax'?"),
+        (dict(transport="resdent"), "transport", "did you mean 'resident'?"),
+        (dict(stragglers="clod"), "stragglers", "did you mean 'cloud'?"),
+        (dict(format="parqet"), "format", "did you mean 'parquet'?"),
+    ],
+)
+def test_a_misspelt_name_gets_the_closest_choice_from_the_error_itself(options, field, hint):
+    with pytest.raises(ConfigError) as info:
+        TrainConfig(**options).validate()
+    assert info.value.field == field and info.value.problem.endswith(hint)
+    assert info.value.render(_param_name).endswith(hint)  # the Estimators say it too
+
+
+def test_the_straggler_text_is_parsed_once_per_run(monkeypatch):
+    from async_spark.solvers import train_linear, validation
+
+    calls = []
+    real = validation.parse_stragglers
+
+    def counting(text, seed=0):
+        calls.append(text)
+        return real(text, seed=seed)
+
+    monkeypatch.setattr(validation, "parse_stragglers", counting)
+    cfg = TrainConfig(
+        data="builtin:breast_cancer",
+        method="asgd",
+        partitions=2,
+        stragglers="intensity:0.5",
+        max_updates=4,
+        quiet=True,
+    )
+    result = train_linear(cfg)
+    assert calls == ["intensity:0.5"]
+    assert result.engine_snapshot["stragglers"] == "intensity:0.5"
+
+
+def test_the_cli_has_no_checks_of_its_own_for_the_options():
+    import async_spark.cli._common as common
+    import async_spark.cli.train as train
+
+    assert not hasattr(common, "check_choice") and not hasattr(train, "check_train_choices")
