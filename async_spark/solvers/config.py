@@ -164,6 +164,12 @@ class TrainConfig:
             return
         if self.step != "auto" and self.momentum is None:
             raise ConfigError("momentum", "is needed with an explicit {step} for hb/ag/apg")
+        if self.step == "auto" and not self.l2 > 0:
+            raise ConfigError(
+                "l2",
+                f"must be > 0 for an automatic {{step}} of {escape(str(self.method))} (mu = l2 is "
+                "the strong convexity the momentum is chosen from); or give {step} and {momentum}",
+            )
         if self.l1 and self.method in NON_PROXIMAL_MOMENTUM:
             raise ConfigError(
                 "l1",

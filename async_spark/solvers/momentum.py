@@ -99,13 +99,10 @@ def _smooth_penalty(rule: str) -> Any:
 def momentum_step(
     rule: str, model: LinearModel, source: BlockSource, desc: DatasetDescriptor
 ) -> tuple[float, float, dict[str, float]]:
-    """``(alpha, beta, curvature)`` from the data for ``--step auto``."""
+    """``(alpha, beta, curvature)`` from the data for ``--step auto``; ``model.l2 > 0``
+    (:meth:`~async_spark.solvers.config.TrainConfig.validate` refuses an automatic momentum step
+    without it)."""
     mu = uniform_l2(model)
-    if mu <= 0:
-        raise ValueError(
-            "--step auto for momentum methods needs --l2 > 0 (mu = l2 is the strong convexity "
-            "used to choose the momentum); or give --step and --momentum"
-        )
     lam = gram_max_eigenvalue(source, desc, intercept=model.fit_intercept)
     # a rule without a prox takes the whole penalty's gradient: its curvature counts in L
     penalty_L = mu if MOMENTUM_RULES[rule][2] else _largest_l2(model)

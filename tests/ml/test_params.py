@@ -117,6 +117,8 @@ COMBINATIONS = [
     ({"method": "sgd", "tau": 3}, {"method": "sgd", "tau": 3}),
     ({"method": "asaga", "momentum": 0.5}, {"method": "asaga", "momentum": 0.5}),
     ({"method": "dcasgd", "momentum": 0.5}, {"method": "dcasgd", "momentum": 0.5}),
+    # an automatic momentum step needs l2 > 0, said in the Params' names
+    ({"method": "ag"}, {"method": "ag", "l2": 0.0}),
 ]
 
 
@@ -128,9 +130,22 @@ def test_combinations_are_train_configs(params, fields):
     assert str(info.value) == _config_error(**fields)
 
 
+def test_an_automatic_momentum_step_without_l2_is_said_in_the_params_names():
+    with pytest.raises(ParamValueError) as info:
+        AsyncLogisticRegression(method="ahb")._check_combinations()  # default regParam 0.0
+    assert str(info.value).startswith("regParam must be > 0 for an automatic stepSize of ahb")
+    assert str(info.value).endswith("or give stepSize and momentum")
+
+
 def test_sentinels_and_normalized_values():
     lr = AsyncLogisticRegression(
-        stepSize=" Auto ", method=" AHB ", stragglers=" Cloud ", timeBudget=0, beta=0, tau=-1
+        stepSize=" Auto ",
+        method=" AHB ",
+        stragglers=" Cloud ",
+        timeBudget=0,
+        beta=0,
+        tau=-1,
+        regParam=0.1,  # an automatic momentum step needs l2 > 0
     )
     assert lr.getStepSize() == 0.0 and lr.getMethod() == "ahb" and lr.getStragglers() == "cloud"
     lr._check_combinations()  # momentum method with an auto step: momentum not asked for

@@ -117,6 +117,14 @@ def test_bad_momentum_options(kwargs, needle):
 
 
 def test_auto_step_needs_strong_convexity(cancer):
+    """Refused by validate, on ``l2``, before any data is read (it was found at step time)."""
     cfg = TrainConfig(data="x", method="ag", partitions=2, l2=0.0, max_updates=5, quiet=True)
-    with pytest.raises(ValueError, match="--l2 > 0"):
+    with pytest.raises(ConfigError) as info:
+        cfg.validate()
+    assert info.value.field == "l2"
+    assert str(info.value).startswith("--l2 must be > 0 for an automatic --step of ag")
+    assert str(info.value).endswith("or give --step and --momentum")
+    with pytest.raises(ConfigError, match="--l2 must be > 0"):
         train_linear(cfg, dataset=cancer)
+    TrainConfig(method="ag", l2=0.0, step=0.1, momentum=0.5).validate()  # explicit: fine
+    TrainConfig(method="sgd", l2=0.0).validate()  # the rule is momentum's only
