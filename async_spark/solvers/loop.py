@@ -150,6 +150,8 @@ def run_updates(
     family = messages.family
     guard = _DivergenceGuard(gamma)
     stopped_by = "max_updates"
+    if limits.max_updates is not None and updates >= limits.max_updates:
+        return LoopEnd(updates, stopped_by, engine.elapsed())  # resumed at its end: nothing to do
     for result in _results(engine, gamma):
         payload, losses = result.payload
         result = dataclasses.replace(result, payload=payload)

@@ -65,6 +65,17 @@ def test_resumed_synchronous_run_ends_with_exactly_the_same_model(tmp_path, canc
     assert [t["version"] for t in full.trace] == versions
 
 
+def test_resuming_a_finished_run_makes_no_update(tmp_path, cancer):
+    """A run resumed from the checkpoint it ended at stops at once: no update past its limit."""
+    done = train_linear(_cfg(tmp_path / "run", max_updates=30), dataset=cancer)
+    ckpt = load_latest(tmp_path / "run")
+    assert ckpt.updates == 30
+    again = train_linear(_cfg(tmp_path / "run", max_updates=30), dataset=cancer, resume=ckpt)
+    assert again.updates == 30
+    np.testing.assert_array_equal(again.theta, done.theta)
+    assert again.summary()["results_accepted"] == done.summary()["results_accepted"]
+
+
 def test_resume_restores_rejected_results_and_closes_the_accounting(tmp_path, cancer):
     """A staleness bound rejects results; those before the checkpoint stay in the trace and the
     counters, and tasks in flight at the checkpoint are counted as cancelled."""
@@ -214,7 +225,13 @@ def test_kill_9_then_resume_matches_the_uninterrupted_run(tmp_path):
     with np.load(tmp_path / "full" / "model.npz") as a, np.load(cut / "model.npz") as b:
         np.testing.assert_array_equal(a["weights"], b["weights"])
         assert a["intercept"] == b["intercept"]
-    assert json.loads((cut / "summary.json").read_text())["updates"] == 150
+    whole = json.loads((tmp_path / "full" / "summary.json").read_text())
+    after = json.loads((cut / "summary.json").read_text())
+    assert after["updates"] == 150
+    # the summary covers the whole run, not the resumed segment
+    for key in ("dispatched", "results_accepted", "rejected", "cancelled", "failed"):
+        assert after[key] == whole[key], key
+    assert after["staleness_histogram"] == whole["staleness_histogram"]
 
 
 @pytest.mark.cluster
