@@ -91,10 +91,17 @@ def test_only_the_cli_package_imports_argparse():
     assert violations(("cli",), "argparse", inside=False) == []
 
 
+def test_only_the_reporting_package_draws():
+    """matplotlib is imported by ``reporting`` alone (``theory`` measures, the CLI passes the
+    drawing in)."""
+    assert violations(("reporting",), "matplotlib", inside=False) == []
+
+
 def test_the_reader_sees_the_imports_it_checks():
     # Not vacuous: the files the rules read exist and their known imports are found.
     assert {"async_spark/optim/sgd.py", "async_spark/cli/__init__.py"} <= set(IMPORTS)
     assert violations(("cli",), "argparse")
+    assert violations(("reporting",), "matplotlib")
     assert violations(("gpu",), "pyspark") and violations(("hylo",), "torch")
     module = ["async_spark", "gpu", "rank"]
     names = {

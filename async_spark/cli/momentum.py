@@ -1,7 +1,7 @@
 """``async-spark momentum``: the reproduction of the stochastic momentum paper's claims.
 
-The experiments are :func:`async_spark.theory.reproduce.run_reproduction`; this module holds the
-options.
+The experiments are :func:`async_spark.theory.reproduce.run_reproduction`, the figures
+:func:`async_spark.reporting.momentum.plot_reproduction`; this module holds the options.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ def add_momentum_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_momentum(args: argparse.Namespace) -> int:
     """Run the reproduction: print its tables, write ``figures.json`` and plots into ``--out``."""
+    from async_spark.reporting.momentum import plot_reproduction
     from async_spark.theory.reproduce import run_reproduction
 
-    run_reproduction(out_dir=args.out, quick=args.quick, seed=args.seed)
+    run_reproduction(out_dir=args.out, quick=args.quick, seed=args.seed, plot=plot_reproduction)
     return 0

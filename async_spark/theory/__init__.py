@@ -48,8 +48,10 @@ __all__ = [
 ]
 
 
-def run_reproduction(out_dir: Any = None, quick: bool = False, seed: int = 0) -> dict:
+def run_reproduction(
+    out_dir: Any = None, quick: bool = False, seed: int = 0, plot: Any = None
+) -> dict:
     """Run the reproduction of the paper's claims; see :func:`async_spark.theory.reproduce.run_reproduction`."""
     from async_spark.theory.reproduce import run_reproduction as _run
 
-    return _run(out_dir=out_dir, quick=quick, seed=seed)
+    return _run(out_dir=out_dir, quick=quick, seed=seed, plot=plot)

@@ -43,6 +43,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -577,112 +578,26 @@ def _print_tables(fig: dict[str, Any]) -> None:
                 )
 
 
-def _plots(fig: dict[str, Any], out_dir: str) -> list[str]:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no PNG plots (pip install matplotlib)")
-        return []
-    written = []
-    # (a) W2 decay for each kappa at sigma = 0.1
-    fig_a, axes = plt.subplots(1, len(KAPPAS), figsize=(5 * len(KAPPAS), 4))
-    for ax, kappa in zip(np.atleast_1d(axes), KAPPAS, strict=False):
-        for r in fig["quadratic"]:
-            if r["kappa"] == kappa and r["sigma"] == 0.1:
-                ks = np.arange(len(r["w2_curve"])) * r["w2_curve_every"]
-                ax.semilogy(ks, r["w2_curve"], label=f"{r['method']} measured")
-                ax.semilogy(
-                    ks,
-                    r["w2_curve"][0] * r["rate_theory"] ** ks,
-                    "--",
-                    label=f"{r['method']} rho^k theory",
-                )
-        ax.set_title(f"W2(nu_k, pi), kappa={kappa}, sigma=0.1")
-        ax.set_xlabel("k")
-        ax.legend(fontsize=7)
-    path = os.path.join(out_dir, "w2_contraction.png")
-    fig_a.tight_layout()
-    fig_a.savefig(path, dpi=110)
-    plt.close(fig_a)
-    written.append(path)
-    # (c) spread vs kappa
-    fig_c, ax = plt.subplots(figsize=(6, 4))
-    for m in METHODS:
-        rows = [r for r in fig["quadratic"] if r["method"] == m and r["sigma"] == 1.0]
-        ax.loglog(
-            [r["kappa"] for r in rows], [r["spread_measured"] for r in rows], "o", label=f"{m} meas"
-        )
-        ax.loglog([r["kappa"] for r in rows], [r["spread_theory"] for r in rows], "-", label=m)
-    ax.set_xlabel("kappa")
-    ax.set_ylabel("E||x - x*||^2 (sigma = 1)")
-    ax.legend(fontsize=7)
-    path = os.path.join(out_dir, "stationary_spread.png")
-    fig_c.tight_layout()
-    fig_c.savefig(path, dpi=110)
-    plt.close(fig_c)
-    written.append(path)
-    # (d) logistic spread vs alpha per sigma
-    fig_d, ax = plt.subplots(figsize=(6, 4))
-    for sigma in SIGMAS[1:]:
-        rows = [r for r in fig["logistic"]["rows"] if r["sigma"] == sigma]
-        ax.loglog(
-            [r["alpha_times_L"] for r in rows],
-            [r["spread_measured"] for r in rows],
-            "o",
-            label=f"sigma={sigma} measured",
-        )
-        ax.loglog(
-            [r["alpha_times_L"] for r in rows],
-            [r["spread_theory_linearized"] for r in rows],
-            "-",
-            label=f"sigma={sigma} Lyapunov (Hessian at w*)",
-        )
-    ax.set_xlabel("alpha * L")
-    ax.set_ylabel("E||x - w*||^2")
-    ax.set_title("AG on logistic regression (breast_cancer)")
-    ax.legend(fontsize=7)
-    path = os.path.join(out_dir, "logistic_spread.png")
-    fig_d.tight_layout()
-    fig_d.savefig(path, dpi=110)
-    plt.close(fig_d)
-    written.append(path)
-    # (e) weakly convex curves
-    wk = fig["weakly_convex"]
-    fig_e, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for ax, part in zip(axes, ("unconstrained", "ball"), strict=False):
-        for sigma_key, runs in wk[part].items():
-            if not isinstance(runs, dict):
-                continue
-            for m, r in runs.items():
-                g = np.asarray(r["gap_curve"])
-                ks = np.arange(g.size) * wk["curve_every"]
-                ax.loglog(ks[1:], g[1:], label=f"{m} sigma={sigma_key}")
-        ax.set_title(f"E f(x_k) - f*, {part}")
-        ax.set_xlabel("k")
-        ax.legend(fontsize=6)
-    path = os.path.join(out_dir, "weakly_convex.png")
-    fig_e.tight_layout()
-    fig_e.savefig(path, dpi=110)
-    plt.close(fig_e)
-    written.append(path)
-    return written
-
-
 # ------------------------------------------------------------------------------------------ entry
 
 
 def run_reproduction(
-    out_dir: str | os.PathLike[str] | None = None, quick: bool = False, seed: int = 0
+    out_dir: str | os.PathLike[str] | None = None,
+    quick: bool = False,
+    seed: int = 0,
+    plot: Callable[[dict[str, Any], str], list[str]] | None = None,
 ) -> dict[str, Any]:
-    """Run (a)–(e), print a table, and write ``figures.json`` and PNG plots into ``out_dir``.
+    """Run (a)–(e), print a table, and write ``figures.json`` (and plots) into ``out_dir``.
 
     Parameters
     ----------
     out_dir : path, optional
-        Where to write ``figures.json`` and, if matplotlib is installed, the PNG plots.
+        Where to write ``figures.json`` and the plots.
+    plot : callable, optional
+        ``plot(figures, out_dir)`` draws the figures and returns the files it wrote (listed
+        under ``plots`` in ``figures.json``), e.g.
+        :func:`async_spark.reporting.momentum.plot_reproduction` (what ``async-spark momentum``
+        passes); default: no plots (this module draws nothing).
     quick : bool
         Smaller runs (seconds); the figures are noisier.
     seed : int
@@ -737,7 +652,7 @@ def run_reproduction(
     )
     if out_dir is not None:
         os.makedirs(out_dir, exist_ok=True)
-        fig["plots"] = _plots(fig, str(out_dir))
+        fig["plots"] = [] if plot is None else plot(fig, str(out_dir))
         with open(os.path.join(out_dir, "figures.json"), "w") as fh:
             json.dump(fig, fh, indent=1)
     return fig

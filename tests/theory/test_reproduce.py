@@ -6,13 +6,14 @@ import json
 
 import pytest
 
+from async_spark.reporting.momentum import plot_reproduction
 from async_spark.theory import run_reproduction
 
 
 @pytest.fixture(scope="module")
 def figures(tmp_path_factory):
     out = tmp_path_factory.mktemp("momentum")
-    fig = run_reproduction(out_dir=out, quick=True, seed=0)
+    fig = run_reproduction(out_dir=out, quick=True, seed=0, plot=plot_reproduction)
     return fig, out
 
 
@@ -22,6 +23,28 @@ def test_writes_json_and_covers_every_cell(figures):
     assert on_disk["summary"] == fig["summary"]
     cells = {(r["kappa"], r["sigma"], r["method"]) for r in fig["quadratic"]}
     assert len(cells) == 27
+
+
+def test_the_plots_are_drawn_by_reporting_from_the_figures(figures):
+    """theory measures and draws nothing; the plot it is given (reporting's, as the CLI passes)
+    writes the four PNGs, listed in figures.json."""
+    fig, out = figures
+    names = ["w2_contraction", "stationary_spread", "logistic_spread", "weakly_convex"]
+    pytest.importorskip("matplotlib")
+    assert fig["plots"] == [str(out / f"{n}.png") for n in names]
+    for path in fig["plots"]:
+        assert open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    assert json.loads((out / "figures.json").read_text())["plots"] == fig["plots"]
+
+
+def test_the_cli_passes_reporting_s_drawing(monkeypatch):
+    import async_spark.theory.reproduce as reproduce
+    from async_spark.cli import main
+
+    seen = {}
+    monkeypatch.setattr(reproduce, "run_reproduction", lambda **kw: seen.update(kw) or {})
+    assert main(["momentum", "--quick", "--seed", "3"]) == 0
+    assert seen == {"out_dir": None, "quick": True, "seed": 3, "plot": plot_reproduction}
 
 
 # The rate is checked on its exponent, |log rho_meas - log rho| / |log rho| (the relative error of
