@@ -15,6 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from async_spark.data.blocks import private_directory
+
 __all__ = [
     "EXIT_USAGE",
     "HelpFormatter",
@@ -114,11 +116,14 @@ def add_spark_arguments(p: argparse.ArgumentParser, *, remote: bool = False) -> 
 
 
 def log_path(out: str | os.PathLike[str] | None, command: str) -> Path:
-    """Where a command's Spark log goes: ``OUT/spark.log``, or a file under the temporary
-    folder when there is no output folder."""
+    """Where a command's Spark log goes: ``OUT/spark.log``, or a file under this user's private
+    log folder in the temporary folder (created 0700, refused if another user could write it)
+    when there is no output folder."""
     if out is not None:
         return Path(out) / "spark.log"
-    folder = Path(tempfile.gettempdir()) / f"async-spark-logs-{os.getuid()}"
+    folder = private_directory(
+        Path(tempfile.gettempdir()) / f"async-spark-logs-{os.getuid()}", "log folder"
+    )
     return folder / f"{command}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
 
 

@@ -18,11 +18,16 @@ Differences from :class:`~.launcher.BarrierLauncher` that matter here:
   waited in a collective for a dead rank times out first), and :func:`run_torchdistributor`
   raises :class:`RankFailedError` naming that rank and error; no timeout of its own (we add a
   driver-side one);
-* only rank 0's return value comes back (cloudpickle), logs are streamed to the driver's stdout.
+* only rank 0's return value comes back (cloudpickle), logs are streamed to the driver's stdout;
+* binding: torchrun's rendezvous store on the first task's host listens on every interface of
+  that host (torch's ``TCPStore`` server takes no bind address and torchrun no listening socket),
+  where the barrier launcher binds its store to the task's own address; so this launcher says so
+  (:func:`rendezvous_notice`) and docs/security.md advises the barrier launcher on shared networks.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import time
@@ -33,7 +38,21 @@ from typing import Any
 from .data import ShardSource, load_shard
 from .launcher import RankContext, RankFailedError
 
-__all__ = ["run_torchdistributor"]
+__all__ = ["rendezvous_notice", "run_torchdistributor"]
+
+log = logging.getLogger(__name__)
+
+
+def rendezvous_notice(master: str) -> tuple[int, str]:
+    """The log level and line that say where torchrun's store listens: a warning on a cluster
+    (every interface of the first task's host), information only in local mode (one host)."""
+    text = (
+        "TorchDistributor: torchrun's rendezvous store listens on every network interface of "
+        "the first task's host, unauthenticated; on a shared network use the barrier launcher "
+        "(--launcher barrier, the default), whose store binds to the task's own address"
+    )
+    level = logging.INFO if master.startswith("local") else logging.WARNING
+    return level, text
 
 
 def _torchdist_main(
@@ -118,6 +137,7 @@ def run_torchdistributor(spark: Any, cfg: Any, src: ShardSource) -> tuple[dict[s
     from pyspark.ml.torch.distributor import TorchDistributor
 
     sc = spark.sparkContext
+    log.log(*rendezvous_notice(sc.master))
     distributor = TorchDistributor(
         num_processes=cfg.workers, local_mode=False, use_gpu=cfg.device == "cuda"
     )

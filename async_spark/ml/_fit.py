@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from async_spark.data.arrays import default_staging_dir
+from async_spark.data.blocks import private_directory
 from async_spark.data.dataset import open_dataset
 from async_spark.data.errors import DataError
 from async_spark.data.transform import MAX_CLASSES
@@ -295,6 +296,9 @@ def _fit_staged(
         dense = True  # dense blocks; standardization then also centers (better conditioning)
 
     root = _staging_root(params)
+    if not params.getStagingDir() and not os.environ.get("ASYNC_SPARK_STAGING_DIR"):
+        # the default under the shared temporary folder: this user's alone (as for arrays)
+        private_directory(root, "staging directory", env="ASYNC_SPARK_STAGING_DIR")
     os.makedirs(root, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix="fit-", dir=root)
     path = os.path.join(tmp, "data")

@@ -174,3 +174,16 @@ def test_the_default_staging_directory_is_private_too(tmp_path, monkeypatch):
     os.chmod(root, 0o777)
     with pytest.raises(PermissionError, match="ASYNC_SPARK_STAGING_DIR"):
         stage_arrays(X, y)
+
+
+def test_the_default_log_folder_is_private(tmp_path, monkeypatch):
+    from async_spark.cli._common import log_path
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    path = log_path(None, "train")
+    folder = tmp_path / f"async-spark-logs-{os.getuid()}"
+    assert path.parent == folder and _mode(folder) == 0o700
+    assert log_path(tmp_path / "run", "train") == tmp_path / "run" / "spark.log"
+    os.chmod(folder, 0o777)
+    with pytest.raises(blocks.UnsafeDirectoryError, match="log folder is writable by group"):
+        log_path(None, "train")

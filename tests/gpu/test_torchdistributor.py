@@ -4,11 +4,13 @@ and a rank's failure must come back as one RankFailedError naming the rank and i
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 
 from async_spark.gpu import RankFailedError, ShardSource, train_hylo_spark
-from async_spark.gpu.torchdist import _first_user_error
+from async_spark.gpu.torchdist import _first_user_error, rendezvous_notice
 
 pytestmark = pytest.mark.spark
 
@@ -27,7 +29,8 @@ CONFIG = {
 }
 
 
-def test_torchdistributor_trains_the_same_model_as_the_barrier_stage(spark, tmp_path):
+def test_torchdistributor_trains_the_same_model_as_the_barrier_stage(spark, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="async_spark.gpu.torchdist")
     runs = {}
     for launcher in ("torchdistributor", "barrier"):
         out = tmp_path / launcher
@@ -45,6 +48,16 @@ def test_torchdistributor_trains_the_same_model_as_the_barrier_stage(spark, tmp_
     for name in w_b:  # same shards, same seeds, same collectives: bit-identical weights
         assert torch.equal(w_td[name], w_b[name]), name
     assert s_td["test_accuracy"] == s_b["test_accuracy"]
+    # where torchrun's store listens is said once per TorchDistributor run (INFO: local mode)
+    notices = [r for r in caplog.records if "rendezvous store listens" in r.getMessage()]
+    assert [r.levelno for r in notices] == [logging.INFO]
+
+
+def test_the_rendezvous_notice_warns_on_a_cluster_only():
+    level, text = rendezvous_notice("spark://head:7077")
+    assert level == logging.WARNING and "--launcher barrier" in text
+    assert rendezvous_notice("local-cluster[2,1,1024]")[0] == logging.INFO
+    assert rendezvous_notice("local[2]")[0] == logging.INFO
 
 
 def test_a_failing_torchdistributor_rank_is_one_clear_error(spark, tmp_path):

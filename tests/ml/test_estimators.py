@@ -319,3 +319,20 @@ def test_a_seeded_synchronous_fit_is_the_same_on_both_transports(assembled):
     assert resident.intercept == jobs.intercept
     with pytest.raises(ValueError, match="transport must be one of resident, jobs"):
         est.setTransport("carrier-pigeon")
+
+
+def test_the_default_staging_folder_must_be_this_users_alone(assembled, tmp_path, monkeypatch):
+    """A fit that would stage under a shared /tmp folder another user could write is refused
+    before anything is written there."""
+    import os
+    import tempfile
+
+    monkeypatch.delenv("ASYNC_SPARK_STAGING_DIR", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    root = tmp_path / f"async_spark_staging-{os.getuid()}"
+    root.mkdir()
+    os.chmod(root, 0o777)
+    train, _ = assembled
+    with pytest.raises(PermissionError, match="staging directory is writable by group"):
+        AsyncLogisticRegression(**FAST).fit(train)
+    assert list(root.iterdir()) == []
