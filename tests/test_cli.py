@@ -168,3 +168,28 @@ def test_help_names_every_option_and_its_default():
     train = sub.choices["train"].format_help()
     assert "L1 penalty l1*||w||_1 on the weights (default: 0.0)" in " ".join(train.split())
     assert "L2 penalty (l2/2)*||w||^2 (default: 0.0001)" in " ".join(train.split())
+
+
+def test_emulate_calibrates_with_the_tasks_of_the_first_method(monkeypatch, tmp_path, capsys):
+    import contextlib
+
+    import async_spark.cli.emulate as emulate
+    import async_spark.solvers.emulation as emulation
+    from async_spark.engine.emulator import CostModel
+
+    seen = {}
+
+    def fake_calibrate(spark, source, desc, **kwargs):
+        seen.update(kwargs)
+        return CostModel(source="fake")
+
+    monkeypatch.setattr(emulation, "calibrate", fake_calibrate)
+    monkeypatch.setattr(emulate, "spark_session", lambda *a, **k: contextlib.nullcontext())
+    out = tmp_path / "cost.json"
+    argv = ["emulate", "--calibrate", "--data", "builtin:breast_cancer", "--out", str(out)]
+    assert main([*argv, "--method", "sgd,saga"]) == 0
+    assert seen["method"] == "sgd"  # the first method's tasks (SAGA's were taken if listed)
+    assert main([*argv, "--method", "ahb"]) == 0 and seen["method"] == "ahb"
+    capsys.readouterr()
+    assert main([*argv, "--method", "asgaa"]) == 2
+    assert "--method must be one of" in capsys.readouterr().err

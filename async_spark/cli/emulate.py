@@ -81,8 +81,8 @@ def add_emulate_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--calibrate",
         action="store_true",
-        help="measure the cost model on the real Spark engine (--master) and write it to --out "
-        f"(default {DEFAULT_COST_FILE})",
+        help="measure the cost model on the real Spark engine (--master), with the tasks of the "
+        f"first --method, and write it to --out (default {DEFAULT_COST_FILE})",
     )
 
 
@@ -111,7 +111,9 @@ def cost_model_from_args(args: argparse.Namespace) -> Any:
 
 def _run_calibration(args: argparse.Namespace) -> int:
     from async_spark.data.dataset import open_dataset
+    from async_spark.solvers.config import LINEAR_METHODS
     from async_spark.solvers.emulation import calibrate
+    from async_spark.solvers.validation import check_choice
 
     partitions = args.partitions or args.workers or 2
     if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
@@ -119,7 +121,10 @@ def _run_calibration(args: argparse.Namespace) -> int:
     out = args.out or DEFAULT_COST_FILE
     if Path(out).is_dir():
         raise ValueError(f"--out: with --calibrate it names a JSON file, {out!r} is a folder")
-    rule = "saga" if any(m in ("saga", "asaga") for m in method_names(args.method)) else "sgd"
+    methods = method_names(args.method)
+    if not methods:
+        raise ValueError("--method must name the method whose tasks --calibrate measures")
+    check_choice("method", methods[0], LINEAR_METHODS)
     source, desc = open_dataset(
         args.data,
         partitions,
@@ -134,7 +139,7 @@ def _run_calibration(args: argparse.Namespace) -> int:
             source,
             desc,
             loss=args.loss,
-            rule=rule,
+            method=methods[0],
             seed=args.seed,
             out=out,
             transport=args.transport,

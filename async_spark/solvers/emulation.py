@@ -45,7 +45,7 @@ def calibrate(
     desc: Any,
     *,
     loss: str = "logistic",
-    rule: str = "saga",
+    method: str = "asaga",
     fractions: tuple[float, ...] = (0.05, 0.1, 0.2, 0.5, 1.0),
     tasks_per_fraction: int = 8,
     seed: int = 0,
@@ -55,7 +55,9 @@ def calibrate(
 ) -> CostModel:
     """Measure the cost model on the real Spark engine of this machine, one task at a time.
 
-    Runs linear-solver tasks (``rule`` = "saga" or "sgd") at several batch fractions through
+    Runs the tasks a run of ``method`` sends (a row of :data:`~.methods.METHODS`: its worker
+    computation, and the extra argument its family ships at dispatch, e.g. SAGA's old scalars,
+    from the rule's initial state) at several batch fractions through
     :class:`~async_spark.engine.AsyncEngine` on the ``transport`` a run would use ("resident":
     :class:`~async_spark.engine.resident.ResidentTransport`, the default, whose overhead is one
     message each way; "jobs": :class:`~async_spark.engine.spark.SparkTransport`, one Spark job
@@ -71,10 +73,11 @@ def calibrate(
     from async_spark.engine.resident import ResidentTransport
     from async_spark.engine.spark import SparkTransport
     from async_spark.models.linear import LinearModel, init_params
-    from async_spark.solvers.worker import LinearTask, TaskArgs, sample_rows
+    from async_spark.solvers.methods import Dispatch, Problem, Setup, StepChoice
+    from async_spark.solvers.methods import method as method_row
+    from async_spark.solvers.worker import LinearTask, TaskArgs
 
-    if rule not in ("saga", "sgd"):
-        raise ValueError(f"rule must be 'saga' or 'sgd', got {rule!r}")
+    row = method_row(method)
     if transport not in ("resident", "jobs"):
         raise ValueError(f"transport must be 'resident' or 'jobs', got {transport!r}")
     if not fractions or any(not 0 < f <= 1 for f in fractions):
@@ -94,18 +97,28 @@ def calibrate(
     plan = [fractions[0]] + [f for f in fractions for _ in range(tasks_per_fraction)]
     issued: dict[int, float] = {}
 
-    task = LinearTask(source, model, seed, "saga" if rule == "saga" else "gradient")
+    task = LinearTask(source, model, seed, row.computation)
+    # The method's rule at its initial state, for what its family ships with a task (the step
+    # is never applied: results are timed, not used).
+    setup = Setup(
+        step=1.0,
+        step_rule=None,
+        momentum=0.0,
+        momentum_damping=0.0,
+        batch_fraction=fractions[0],
+        synchronous=row.synchronous,
+    )
+    rule = row.family.build_rule(Problem(model, source, desc), setup, StepChoice(1.0, 0.0))
+    state = rule.init(theta)
 
     def task_args(ticket: TaskTicket) -> TaskArgs:
         frac = plan[min(ticket.task_id, len(plan) - 1)]
         issued[ticket.task_id] = frac
-        old = None
-        if rule == "saga":
-            idx = sample_rows(
-                seed, ticket.block, ticket.block_task, desc.rows_per_block[ticket.block], frac
-            )
-            old = np.zeros((idx.size, *model.scalar_shape))
-        return TaskArgs(ticket.block_task, frac, old)
+        args = TaskArgs(ticket.block_task, frac)
+        extra, _ = row.family.at_dispatch(
+            Dispatch(ticket, args, task, rule, state, lambda v: theta)
+        )
+        return args._replace(extra=extra)
 
     samples: list[tuple[float, float, float]] = []  # (nnz, compute, seconds)
     chosen = (
@@ -152,7 +165,7 @@ def calibrate(
         source=source_note
         or (
             f"calibrated on {master} ({os.cpu_count()} cpus), {transport} transport, "
-            f"{desc.dataset_id[:48]}, rule {rule}, {len(samples)} tasks, "
+            f"{desc.dataset_id[:48]}, method {method}, {len(samples)} tasks, "
             f"{time.strftime('%Y-%m-%d %H:%M')}"
         ),
     )

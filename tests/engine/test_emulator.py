@@ -279,6 +279,39 @@ def test_calibration_on_spark_round_trips(spark, tmp_path, transport):
         calibrate(spark, source, desc, transport="carrier-pigeon")
 
 
+@pytest.mark.spark
+@pytest.mark.parametrize("method", ["saga", "ahb", "dcasgd"])
+def test_calibration_measures_the_tasks_of_any_method_of_the_table(spark, method, monkeypatch):
+    """What a task is sent comes from the method's row (its family at dispatch), not from a
+    branch on its name: SAGA's tasks carry the old scalars of their rows, the others none."""
+    from async_spark.solvers import methods
+
+    source, desc = open_dataset("builtin:synthetic?n=2000&d=50&nnz=10", 2, loss="logistic")
+    extras = []
+    family = methods.METHODS[method].family
+    real = type(family).at_dispatch
+
+    def recording(self, dispatch):
+        extra, memo = real(self, dispatch)
+        extras.append(None if extra is None else np.shape(extra))
+        return extra, memo
+
+    monkeypatch.setattr(type(family), "at_dispatch", recording)
+    cost = calibrate(
+        spark,
+        source,
+        desc,
+        method=method,
+        fractions=(0.5, 1.0),
+        tasks_per_fraction=2,
+        transport="jobs",
+    )
+    assert f"method {method}" in cost.source and extras
+    assert all((e is not None) == (method == "saga") for e in extras), extras
+    with pytest.raises(ValueError, match="method must be one of"):
+        calibrate(spark, source, desc, method="adam")
+
+
 @pytest.mark.parametrize(
     "kwargs, name",
     [
