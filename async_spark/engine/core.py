@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .policies import Policy, PolicyError
+from .policies import Policy
 
 __all__ = ["BlockStatus", "Decision", "SchedulerCore", "TaskTicket", "TaskStatus"]
 
@@ -184,12 +184,12 @@ class SchedulerCore:
             or not isinstance(initial_version, int)
             or initial_version < 0
         ):
-            raise PolicyError(f"initial_version must be an integer >= 0, got {initial_version!r}")
+            raise ValueError(f"initial_version must be an integer >= 0, got {initial_version!r}")
         self.version = initial_version
         if block_tasks is not None:
             # Resuming: each block's task count seeds its samples, so it must continue, not restart.
             if len(block_tasks) != num_blocks or any(int(t) < 0 for t in block_tasks):
-                raise PolicyError(
+                raise ValueError(
                     f"block_tasks must hold {num_blocks} counts >= 0, got {list(block_tasks)!r}"
                 )
             for b, t in zip(self._blocks, block_tasks, strict=True):

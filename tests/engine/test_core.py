@@ -221,3 +221,34 @@ def test_barrier_with_ssp_counts_held_back_idle_blocks():
     core.complete(t[3].task_id, TaskStatus.CANCELLED)
     core.complete(t[0].task_id, TaskStatus.OK)  # clocks 2, 1, 1, 0: block 0 is held back
     assert [x.block for x in core.next_dispatches()] == [3]
+
+
+BAD_CORE_OPTIONS = [
+    (dict(max_retries=-1), "max_retries"),
+    (dict(max_retries=True), "max_retries"),
+    (dict(backoff=-0.5), "backoff"),
+    (dict(backoff=2.0, backoff_max=1.0), "backoff_max"),
+    (dict(max_invalid=0), "max_invalid"),
+    (dict(initial_version=-1), "initial_version"),
+    (dict(initial_version=1.5), "initial_version"),
+    (dict(block_tasks=[0, 1]), "block_tasks"),
+    (dict(block_tasks=[0, -1, 0]), "block_tasks"),
+]
+
+
+@pytest.mark.parametrize(("options", "name"), BAD_CORE_OPTIONS)
+def test_retry_backoff_and_resume_options_are_value_errors_not_policy_errors(options, name):
+    """Retries, backoff and the state to resume from are no policy: a ValueError naming the
+    option, never a PolicyError (which the front ends report as a --beta/--tau/--ssp problem)."""
+    from async_spark.engine import PolicyError
+
+    with pytest.raises(ValueError, match=name) as info:
+        SchedulerCore(3, Policy.asynchronous(), **options)
+    assert not isinstance(info.value, PolicyError)
+
+
+def test_a_policy_that_cannot_dispatch_is_still_a_policy_error():
+    from async_spark.engine import PartialBarrier, PolicyError
+
+    with pytest.raises(PolicyError):
+        SchedulerCore(3, Policy(barrier=PartialBarrier(1.0)), max_in_flight=1)
