@@ -21,7 +21,15 @@ chunk drawn from the same teacher ``w_true``; training uses the first ``--rows``
 set is the next ``--holdout`` rows of the same stream: i.i.d. with the training rows, never
 trained on. The saved models (raw-scale weights) are applied to the raw held-out rows.
 
-Spark's log (and the Python workers' stderr) goes to ``OUT/spark.log``.
+Spark's log (and the Python workers' stderr) goes to ``OUT/spark.log``, and so do the step
+safeguard's changes of step (the report's steps note counts them): the job chooses every
+setting itself, so they are no warning a user could act on. ``report.json`` records the job's
+options.
+
+**Exit code**: 0 when the report's check holds (the asynchronous run within ``--tolerance`` of
+F* and below the synchronous one at the same time); 1 when it does not, with one line on stderr
+(``--no-require-check`` exits 0 anyway; the report is written either way) or when the job
+fails; 2 for bad options or environment.
 """
 
 from __future__ import annotations
@@ -97,6 +105,13 @@ def build_parser(prog: str = "main.py") -> argparse.ArgumentParser:
         type=parse_float,
         default=1e-2,
         help="relative suboptimality the asynchronous run is checked against",
+    )
+    p.add_argument(
+        "--require-check",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="exit with code 1 when the report's check does not hold (ASAGA within --tolerance"
+        " of F* and ahead of SAGA at the same time); --no-require-check exits 0 anyway",
     )
     add_master_and_conf(p)
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -192,6 +207,19 @@ def task_times(result: Any) -> dict[str, Any]:
     }
 
 
+def _steps(method: str, result: Any) -> str:
+    """How a run's automatic step went (the step safeguard's search up and lowerings)."""
+    guard = result.step_safeguard or {}
+    text = f"{method} started at the automatic step {result.step:.3g}"
+    if not guard:
+        return text
+    return (
+        text + f", raised {guard.get('raised', 0)} and lowered {guard.get('lowered', 0)} times "
+        f"by the step safeguard (lowered when the tasks' sampled objective rose), ending at "
+        f"{guard.get('final_step', result.step):.3g}"
+    )
+
+
 def run_main_job(args: argparse.Namespace) -> dict[str, Any]:
     """Setup, both trainings, the report; returns what ``report.json`` holds."""
     from async_spark.models.linear import LinearModel
@@ -281,6 +309,7 @@ def run_main_job(args: argparse.Namespace) -> dict[str, Any]:
     after["accuracy"] = time.perf_counter() - t
 
     base = args.straggler_base
+    options = {k: v for k, v in vars(args).items() if not k.startswith("_")}
     intro = [
         f"Logistic regression (l2 = {args.l2:g}, columns standardized) on "
         f"`{_spec(args, args.rows)}`: {desc.n} training rows, {desc.d} features, "
@@ -307,6 +336,10 @@ def run_main_job(args: argparse.Namespace) -> dict[str, Any]:
         "its snapshots): "
         + ", ".join(f"{m} {v:.1f} s" for m, v in outside.items())
         + f". Spark's log: `{log_path(out, 'main').name}`.",
+        "**Steps**: " + "; ".join(_steps(m, r) for m, r in results.items()) + ".",
+        "**Options** (also in `report.json`): "
+        + ", ".join(f"`{k}={v}`" for k, v in options.items() if k not in ("quiet", "debug"))
+        + ".",
     ]
     report = write_report(
         out,
@@ -319,8 +352,16 @@ def run_main_job(args: argparse.Namespace) -> dict[str, Any]:
         task_seconds={m: task_times(r) for m, r in results.items()},
         setup=setup,
         notes=notes,
+        options=options,
     )
     return report
+
+
+def _no_step_changes(record: Any) -> bool:
+    """Console filter: the job chooses every setting itself, so the step safeguard's changes
+    (a warning for ``train``, where ``--step`` acts on it) are reported in report.md's steps
+    note and in summary.json, and logged to spark.log, not printed."""
+    return not record.name.startswith("async_spark.solvers.safeguard")
 
 
 def main(argv: list[str] | None = None, prog: str = "main.py") -> int:
@@ -328,6 +369,9 @@ def main(argv: list[str] | None = None, prog: str = "main.py") -> int:
     import logging
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    console = list(logging.getLogger().handlers)
+    for h in console:
+        h.addFilter(_no_step_changes)
     try:
         from async_spark.engine.session import parse_conf_pairs
 
@@ -342,6 +386,9 @@ def main(argv: list[str] | None = None, prog: str = "main.py") -> int:
         if args.debug:
             raise
         return report_error(prog, exc, log_path(args.out, "main"))
+    finally:
+        for h in console:
+            h.removeFilter(_no_step_changes)
     out = Path(args.out)
     comparison = report.get("comparison") or {}
     check = report.get("check") or {}
@@ -359,4 +406,14 @@ def main(argv: list[str] | None = None, prog: str = "main.py") -> int:
             f"ahead of SAGA at the same time: {check['ahead_at_common_time']}"
         )
     print(f"report: {out / 'report.md'}")
+    if check and not check["holds"] and args.require_check:
+        print(
+            f"{prog}: check failed: {METHODS[0]} is "
+            f"{'within' if check['within_tolerance'] else 'not within'} {check['tolerance']:g} "
+            f"of F* and {'ahead of' if check['ahead_at_common_time'] else 'not ahead of'} "
+            f"{METHODS[1]} at the same time (see {out / 'report.md'}; --no-require-check exits"
+            " 0 anyway)",
+            file=sys.stderr,
+        )
+        return 1
     return 0

@@ -148,6 +148,7 @@ def write_report(
     task_seconds: Mapping[str, Mapping[str, Any]] | None = None,
     setup: Mapping[str, float] | None = None,
     notes: Sequence[str] = (),
+    options: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write ``report.md``, the figure it embeds (``objective.png``) and ``report.json``.
 
@@ -175,6 +176,9 @@ def write_report(
         ``{what: seconds}`` spent before training (not in any training time).
     notes : sequence of str
         Further paragraphs at the end (how the held-out rows were chosen, ...).
+    options : mapping, optional
+        The options the report was made with (a job's command-line options), kept in
+        ``report.json`` under ``options`` so that a report says how to make it again.
 
     Returns
     -------
@@ -283,6 +287,7 @@ def write_report(
         "reference_optimum": None if optimum is None else dict(optimum),
         "setup_seconds": dict(setup or {}),
         "figure": png.name,
+        "options": dict(options or {}),
     }
     _atomic_text(out / "report.md", "\n".join(lines).rstrip() + "\n")
     _atomic_text(out / "report.json", json.dumps(report, indent=2, default=str) + "\n")
