@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 __all__ = ["AsyncTrainingSummary"]
@@ -81,6 +83,55 @@ class AsyncTrainingSummary:
         """The run summary (the keys of ``summary.json``)."""
         return dict(self._run)
 
+    def plot(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        optimum: float | None = None,
+        tolerance: float | None = 1e-2,
+        title: str | None = None,
+    ) -> Path:
+        """Draw the run's objective against training seconds into the PNG file ``path``.
+
+        The figure of ``async-spark train --plot`` and of the main job's report
+        (:func:`async_spark.reporting.plots.plot_objective`): the objective of the snapshots
+        against wall-clock training seconds and, without ``optimum``, against model updates;
+        with ``optimum`` (:math:`F^*`, the minimum of the same training problem), the relative
+        suboptimality :math:`(F - F^*)/|F^*|` on a log scale, ``tolerance`` dotted.
+
+        Parameters
+        ----------
+        path : str or path-like
+            A file name ending in ``.png``; written atomically, missing parent folders created.
+        optimum, tolerance, title
+            As :func:`~async_spark.reporting.plots.plot_objective`.
+
+        Returns
+        -------
+        pathlib.Path
+            ``path``.
+
+        Raises
+        ------
+        ValueError
+            ``path`` is no ``.png`` file name, is a folder, or its folder cannot be created
+            (the message names the path).
+        ImportError
+            matplotlib is not installed (the ``data`` extra).
+        """
+        from async_spark.reporting.plots import Run, plot_objective
+
+        out = _png_path(path)
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise ImportError(
+                "AsyncTrainingSummary.plot needs matplotlib: pip install 'async_spark[data]'"
+            ) from None
+        method = str(self._run.get("method", "run"))
+        run = Run(out.parent, method, self._run, self.trace)
+        return plot_objective([run], out, optimum=optimum, tolerance=tolerance, title=title)
+
     def toPandas(self) -> Any:
         """:attr:`trajectory` as a pandas DataFrame (columns seconds, updates, objective)."""
         import pandas as pd
@@ -92,3 +143,24 @@ class AsyncTrainingSummary:
             f"AsyncTrainingSummary(updates={self.totalUpdates}, seconds={self.wallSeconds:.2f}, "
             f"objective={self.finalObjective:.6g}, stoppedBy={self.stoppedBy!r})"
         )
+
+
+def _png_path(path: Any) -> Path:
+    """``path`` as a Path to a PNG file whose folder exists (created), or one ValueError."""
+    if not isinstance(path, str | os.PathLike):
+        raise ValueError(f"path must be a file name ending in .png, got {path!r}")
+    out = Path(path)
+    if out.suffix.lower() != ".png":
+        raise ValueError(f"path must be a file name ending in .png, got {str(path)!r}")
+    if out.is_dir():
+        raise ValueError(f"path {str(path)!r} is a folder; give a file name ending in .png")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(
+            f"path {str(path)!r}: its folder {str(out.parent)!r} cannot be created "
+            f"({exc.strerror or type(exc).__name__})"
+        ) from None
+    if not os.access(out.parent, os.W_OK):
+        raise ValueError(f"path {str(path)!r}: its folder {str(out.parent)!r} is not writable")
+    return out

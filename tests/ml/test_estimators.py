@@ -114,6 +114,16 @@ def test_fit_transform_columns_and_summary(fitted, assembled):
     assert strict.sum() < pred.sum()
 
 
+def test_the_summary_draws_the_figure(fitted, tmp_path):
+    pytest.importorskip("matplotlib")
+    png = fitted.summary.plot(tmp_path / "objective.png")
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    (tmp_path / "sub.png").mkdir()
+    with pytest.raises(ValueError, match=r"is a folder; give a file name ending in \.png"):
+        fitted.summary.plot(tmp_path / "sub.png")
+
+
 def test_parity_with_pyspark_logistic_regression(fitted, assembled):
     train, test = assembled
     ref = LogisticRegression(regParam=0.01, elasticNetParam=0.0, tol=1e-10, maxIter=200).fit(train)
