@@ -32,6 +32,7 @@ import logging
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -40,6 +41,7 @@ import numpy as np
 from async_spark.data.blocks import BlockSource, DatasetDescriptor
 from async_spark.engine.core import TaskTicket
 from async_spark.engine.engine import AsyncEngine
+from async_spark.engine.stragglers import StragglerModel
 from async_spark.engine.transport import LocalTransport, Transport
 from async_spark.models.linear import LinearModel, init_params, regularizer
 from async_spark.reporting.progress import TrainingProgress
@@ -47,9 +49,9 @@ from async_spark.reporting.progress import TrainingProgress
 from .checkpoint import Checkpoint, check_compatible, save_checkpoint, state_from_parts
 from .config import TrainConfig
 from .evaluate import Evaluator
-from .loop import Current, Limits, Messages, run_updates
-from .methods import Dispatch, Problem, Setup, method
-from .recording import Recorder
+from .loop import Current, Limits, LoopEnd, Messages, run_updates
+from .methods import Dispatch, Method, Problem, Setup, StepChoice, method
+from .recording import Recorder, RunRecord
 from .safeguard import StepSafeguard
 from .worker import LinearTask, TaskArgs
 
@@ -230,6 +232,218 @@ def decays(config: TrainConfig, family: Any) -> bool:
     )
 
 
+def _step_and_rule(
+    config: TrainConfig, row: Method, problem: Problem
+) -> tuple[StepChoice, Any, StepSafeguard | None]:
+    """Setup after validation, in scikit-learn's ``_sag.py`` order: the step, then the rule (and
+    the step safeguard that may rebuild it with another step)."""
+    family, desc = row.family, problem.desc
+    setup = Setup(
+        step=config.step,
+        step_rule=config.step_rule,
+        momentum=config.momentum,
+        momentum_damping=config.momentum_damping,
+        batch_fraction=config.batch_fraction,
+        synchronous=row.synchronous,
+        max_delay=config.max_delay(desc.num_blocks),
+    )
+    # an automatic step that the safeguard halves on plateaus is constant between halvings
+    decay = decays(config, family)
+    if decay:
+        setup = setup._replace(step_rule="constant")
+    step = family.choose_step(problem, setup)
+    rule = family.build_rule(problem, setup, step)
+    if not config.step_safeguard:
+        return step, rule, None
+    safeguard = StepSafeguard(
+        step.gamma,
+        rebuild=lambda gamma: family.build_rule(problem, setup, step._replace(gamma=gamma)),
+        penalty=functools.partial(regularizer, problem.model),
+        window=max(2 * desc.num_blocks, 8),
+        grace=desc.num_blocks,
+        search=config.step == "auto" and family.step_search,  # an explicit --step: lowered only
+        decay=decay,
+        pool_rows=float(desc.n),  # a pooled estimate samples as many rows as the data has
+        log_level=logging.INFO if config.quiet else logging.WARNING,
+    )
+    return step, rule, safeguard
+
+
+def _initial(
+    problem: Problem, rule: Any, safeguard: StepSafeguard | None, resume: Checkpoint | None
+) -> Current:
+    """The parameters, rule state and rule the run starts from: fresh, or the checkpoint's."""
+    if resume is not None and safeguard is not None and resume.engine.get("step_safeguard"):
+        rule = safeguard.restore(resume.engine["step_safeguard"]) or rule  # a changed step stays
+    theta = init_params(problem.model)
+    current = Current(theta, rule.init(theta), rule)
+    if resume is None:
+        return current
+    check_compatible(resume, problem.desc, theta.size)
+    return Current(
+        np.array(resume.theta),
+        state_from_parts(current.state, resume.state_arrays, resume.state_scalars),
+        rule,
+    )
+
+
+@dataclass
+class _TaskArgs:
+    """``task_args`` of the engine: each task's arguments, with the extra argument its family
+    ships at dispatch (the family's memo is kept by ``messages`` until the result returns)."""
+
+    family: Any
+    task: LinearTask
+    current: Current
+    messages: Messages
+    batch_fraction: float
+    engine: Any = None  # the engine running the tasks (its history store), set once built
+
+    def __call__(self, ticket: TaskTicket) -> TaskArgs:
+        args = TaskArgs(ticket.block_task, self.batch_fraction)
+        current = self.current
+        extra, memo = self.family.at_dispatch(
+            Dispatch(
+                ticket, args, self.task, current.rule, current.state, self.engine.history.model
+            )
+        )
+        self.messages.dispatched(ticket.block, ticket.task_id, memo)
+        return args._replace(extra=extra)
+
+
+def _engine_maker(
+    config: TrainConfig,
+    desc: DatasetDescriptor,
+    task_args: _TaskArgs,
+    stragglers: StragglerModel,
+    resume: Checkpoint | None,
+    engine_factory: Any,
+    run_name: str,
+) -> Callable[[Transport | None], Any]:
+    """``make(transport)``: the run's engine on ``transport`` (or ``engine_factory``'s) for the
+    task of ``task_args``, from the current parameters, continuing a checkpoint's bookkeeping
+    when resuming."""
+    if resume is None:
+        resumed: dict[str, Any] = {}
+        base = config.straggler_base
+    else:
+        resumed = {
+            "initial_version": resume.version,
+            "block_tasks": resume.block_tasks,
+            "bookkeeping": resume.engine.get("bookkeeping"),
+            "elapsed_offset": resume.seconds,
+        }
+        base = config.straggler_base
+        if base is None:
+            base = resume.engine.get("mean_task_seconds")
+
+    def make(chosen: Transport | None) -> Any:
+        factory: Any = engine_factory or functools.partial(AsyncEngine, cast(Transport, chosen))
+        return factory(
+            task_args.task,
+            num_blocks=desc.num_blocks,
+            policy=config.policy(),
+            initial_model=task_args.current.theta,
+            task_args=task_args,
+            stragglers=stragglers,
+            straggler_base_seconds=base,
+            max_retries=config.max_retries,
+            run_name=run_name,
+            **resumed,
+        )
+
+    return make
+
+
+def _evaluator(spark: Any, problem: Problem) -> Evaluator:
+    """The objective of snapshots, evaluated on Spark (classic or Connect) or in this process."""
+    from async_spark.engine.connect import is_connect
+
+    connect = is_connect(spark)
+    sc = None if spark is None or connect else spark.sparkContext
+    return Evaluator(
+        problem.source, problem.model, problem.desc.n, sc=sc, spark=spark if connect else None
+    )
+
+
+def _recorder(
+    config: TrainConfig,
+    evaluator: Evaluator,
+    theta: np.ndarray,
+    resume: Checkpoint | None,
+    now: float,
+) -> Recorder:
+    return Recorder(
+        evaluator,
+        eval_every=config.eval_every,
+        initial_theta=theta,
+        target_objective=config.target_objective,
+        checkpoint_every=config.checkpoint_every,
+        checkpoint_seconds=config.checkpoint_seconds,
+        trace=None if resume is None else resume.trace,
+        snapshots=None if resume is None else resume.snapshots,
+        now=now,
+    )
+
+
+def _bar_details(engine: Any) -> dict[str, Any]:
+    """What the progress bar shows beside the updates: mean staleness, rejected, failed."""
+    hist = engine.core.staleness_histogram
+    total = sum(hist.values())
+    counts = engine.core.counts
+    return {
+        "staleness": f"{sum(k * v for k, v in hist.items()) / total:.1f}" if total else "0",
+        "rejected": counts["rejected"],
+        "failed": counts["failed"],
+    }
+
+
+def _progress_bar(
+    config: TrainConfig, run_name: str, updates: int, seconds: float, progress: bool | None
+) -> TrainingProgress | None:
+    if not (not config.quiet if progress is None else progress):
+        return None
+    return TrainingProgress(
+        run_name,
+        max_updates=config.max_updates,
+        time_budget=config.time_budget,
+        initial_updates=updates,
+        initial_seconds=seconds,
+    )
+
+
+def _write_checkpoint(
+    config: TrainConfig,
+    desc: DatasetDescriptor,
+    engine: Any,
+    current: Current,
+    recorder: Recorder,
+    safeguard: StepSafeguard | None,
+    done: int,
+) -> None:
+    """The run's checkpoint after ``done`` updates into ``config.out`` (none without it)."""
+    if config.out is None:
+        return
+    save_checkpoint(
+        config.out,
+        updates=done,
+        version=engine.version,
+        seconds=engine.elapsed(),
+        theta=current.theta,
+        state=current.state,
+        block_tasks=engine.core.block_tasks(),
+        config={**config.as_dict(), "dataset_id": desc.dataset_id},
+        trace=recorder.trace + recorder.rejected_records(engine.trajectory),
+        snapshots=recorder.snapshots,
+        engine={
+            "bookkeeping": engine.core.bookkeeping(),
+            "mean_task_seconds": engine.mean_task_seconds,
+            "step_safeguard": None if safeguard is None else safeguard.summary(),
+        },
+        keep=config.keep_checkpoints,
+    )
+
+
 def train_linear(
     config: TrainConfig,
     *,
@@ -277,158 +491,31 @@ def train_linear(
     problem = Problem(build_model(config, desc, source), source, desc)
     row = method(config.method)
     family = row.family
-    setup = Setup(
-        step=config.step,
-        step_rule=config.step_rule,
-        momentum=config.momentum,
-        momentum_damping=config.momentum_damping,
-        batch_fraction=config.batch_fraction,
-        synchronous=row.synchronous,
-        max_delay=config.max_delay(desc.num_blocks),
-    )
-    # an automatic step that the safeguard halves on plateaus is constant between halvings
-    decay = decays(config, family)
-    if decay:
-        setup = setup._replace(step_rule="constant")
-    step = family.choose_step(problem, setup)
-    rule = family.build_rule(problem, setup, step)
-    safeguard = (
-        StepSafeguard(
-            step.gamma,
-            rebuild=lambda gamma: family.build_rule(problem, setup, step._replace(gamma=gamma)),
-            penalty=functools.partial(regularizer, problem.model),
-            window=max(2 * desc.num_blocks, 8),
-            grace=desc.num_blocks,
-            search=config.step == "auto" and family.step_search,  # an explicit --step: lowered only
-            decay=decay,
-            pool_rows=float(desc.n),  # a pooled estimate samples as many rows as the data has
-            log_level=logging.INFO if config.quiet else logging.WARNING,
-        )
-        if config.step_safeguard
-        else None
-    )
-
-    if resume is not None and safeguard is not None and resume.engine.get("step_safeguard"):
-        rule = safeguard.restore(resume.engine["step_safeguard"]) or rule  # a changed step stays
-    theta = init_params(problem.model)
-    current = Current(theta, rule.init(theta), rule)
-    if resume is not None:
-        check_compatible(resume, desc, theta.size)
-        current = Current(
-            np.array(resume.theta),
-            state_from_parts(current.state, resume.state_arrays, resume.state_scalars),
-            rule,
-        )
+    step, rule, safeguard = _step_and_rule(config, row, problem)
+    current = _initial(problem, rule, safeguard, resume)
     # tasks compute losses only: the per-column penalty scale stays on the driver
     worker_model = dataclasses.replace(problem.model, penalty_scale=None)
     task = LinearTask(source, worker_model, config.seed, family.computation)
     messages = Messages(family, row.synchronous)
-    engine: Any = None
-
-    def task_args(ticket: TaskTicket) -> TaskArgs:
-        args = TaskArgs(ticket.block_task, config.batch_fraction)
-        extra, memo = family.at_dispatch(
-            Dispatch(ticket, args, task, current.rule, current.state, engine.history.model)
-        )
-        messages.dispatched(ticket.block, ticket.task_id, memo)
-        return args._replace(extra=extra)
-
-    from async_spark.engine.connect import is_connect
-
-    connect = is_connect(spark)
-    sc = None if spark is None or connect else spark.sparkContext
-    evaluator = Evaluator(source, problem.model, desc.n, sc=sc, spark=spark if connect else None)
+    task_args = _TaskArgs(family, task, current, messages, config.batch_fraction)
+    evaluator = _evaluator(spark, problem)
     run_name = f"{config.method}-{desc.dataset_id[:24]}"
-
-    def make_engine(chosen: Transport | None) -> Any:
-        factory: Any = engine_factory or functools.partial(AsyncEngine, cast(Transport, chosen))
-        return factory(
-            task,
-            num_blocks=desc.num_blocks,
-            policy=config.policy(),
-            initial_model=current.theta,
-            task_args=task_args,
-            stragglers=stragglers,
-            straggler_base_seconds=config.straggler_base
-            if resume is None or config.straggler_base is not None
-            else resume.engine.get("mean_task_seconds"),
-            max_retries=config.max_retries,
-            run_name=run_name,
-            **(
-                {}
-                if resume is None
-                else {
-                    "initial_version": resume.version,
-                    "block_tasks": resume.block_tasks,
-                    "bookkeeping": resume.engine.get("bookkeeping"),
-                    "elapsed_offset": resume.seconds,
-                }
-            ),
-        )
-
+    make_engine = _engine_maker(
+        config, desc, task_args, stragglers, resume, engine_factory, run_name
+    )
     chosen = None
     if engine_factory is None:
         chosen = transport if transport is not None else _transport(spark, config)
-    engine = make_engine(chosen)
-    recorder = Recorder(
-        evaluator,
-        eval_every=config.eval_every,
-        initial_theta=current.theta,
-        target_objective=config.target_objective,
-        checkpoint_every=config.checkpoint_every,
-        checkpoint_seconds=config.checkpoint_seconds,
-        trace=None if resume is None else resume.trace,
-        snapshots=None if resume is None else resume.snapshots,
-        now=engine.elapsed(),
-    )
+    engine = task_args.engine = make_engine(chosen)
+    recorder = _recorder(config, evaluator, current.theta, resume, engine.elapsed())
     updates = 0 if resume is None else resume.updates
-    bar = (
-        TrainingProgress(
-            run_name,
-            max_updates=config.max_updates,
-            time_budget=config.time_budget,
-            initial_updates=updates,
-            initial_seconds=engine.elapsed(),
-        )
-        if (not config.quiet if progress is None else progress)
-        else None
-    )
-
-    def bar_details() -> dict[str, Any]:
-        hist = engine.core.staleness_histogram
-        total = sum(hist.values())
-        counts = engine.core.counts
-        return {
-            "staleness": f"{sum(k * v for k, v in hist.items()) / total:.1f}" if total else "0",
-            "rejected": counts["rejected"],
-            "failed": counts["failed"],
-        }
-
-    def checkpoint(done: int) -> None:
-        if config.out is None:
-            return
-        save_checkpoint(
-            config.out,
-            updates=done,
-            version=engine.version,
-            seconds=engine.elapsed(),
-            theta=current.theta,
-            state=current.state,
-            block_tasks=engine.core.block_tasks(),
-            config={**config.as_dict(), "dataset_id": desc.dataset_id},
-            trace=recorder.trace + recorder.rejected_records(engine.trajectory),
-            snapshots=recorder.snapshots,
-            engine={
-                "bookkeeping": engine.core.bookkeeping(),
-                "mean_task_seconds": engine.mean_task_seconds,
-                "step_safeguard": None if safeguard is None else safeguard.summary(),
-            },
-            keep=config.keep_checkpoints,
-        )
-
+    bar = _progress_bar(config, run_name, updates, engine.elapsed(), progress)
     try:
-        engine = _start(engine, make_engine, spark, config)
+        engine = task_args.engine = _start(engine, make_engine, spark, config)
         setup_seconds = time.perf_counter() - called
+        checkpoint = functools.partial(
+            _write_checkpoint, config, desc, engine, current, recorder, safeguard
+        )
         with engine:
             end = run_updates(
                 engine,
@@ -439,7 +526,7 @@ def train_linear(
                 updates=updates,
                 limits=Limits(config.max_updates, config.time_budget, stop),
                 checkpoint=checkpoint,
-                on_update=None if bar is None else lambda k, now: bar.update(k, now, bar_details),
+                on_update=None if bar is None else _bar_updater(bar, engine),
                 safeguard=safeguard,
             )
             if recorder.checkpoints:
@@ -449,13 +536,30 @@ def train_linear(
     finally:
         recorder.close()
         if bar is not None:
-            bar.close(bar_details)
+            bar.close(functools.partial(_bar_details, engine))
     model = np.array(family.iterate(current.theta, current.state))
     record = recorder.finish(end.wall, engine.version, model)
-    snap = engine.snapshot()
+    return _result(
+        config, problem, row, step, model, end, record, engine.snapshot(), safeguard, setup_seconds
+    )
+
+
+def _result(
+    config: TrainConfig,
+    problem: Problem,
+    row: Method,
+    step: StepChoice,
+    model: np.ndarray,
+    end: LoopEnd,
+    record: RunRecord,
+    snap: dict[str, Any],
+    safeguard: StepSafeguard | None,
+    setup_seconds: float,
+) -> TrainResult:
+    """What the run produced, from the loop's end, the recording and the engine's snapshot."""
     return TrainResult(
         config=config,
-        descriptor=desc,
+        descriptor=problem.desc,
         model=problem.model,
         theta=model,
         step=step.gamma,
@@ -470,7 +574,12 @@ def train_linear(
         stopped_by=end.stopped_by,
         snapshots=record.snapshots,
         momentum={**step.info, "damping": config.momentum_damping} if row.momentum else {},
-        source=source,
+        source=problem.source,
         step_safeguard=None if safeguard is None else safeguard.summary(),
         setup_seconds=setup_seconds,
     )
+
+
+def _bar_updater(bar: TrainingProgress, engine: Any) -> Callable[[int, float], None]:
+    details = functools.partial(_bar_details, engine)
+    return lambda k, now: bar.update(k, now, details)
