@@ -119,15 +119,10 @@ class AsyncTrainingSummary:
         ImportError
             matplotlib is not installed (the ``data`` extra).
         """
-        from async_spark.reporting.plots import Run, plot_objective
+        from async_spark.reporting.plots import Run, plot_objective, require_matplotlib
 
         out = _png_path(path)
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            raise ImportError(
-                "AsyncTrainingSummary.plot needs matplotlib: pip install 'async_spark[data]'"
-            ) from None
+        require_matplotlib("AsyncTrainingSummary.plot")
         method = str(self._run.get("method", "run"))
         run = Run(out.parent, method, self._run, self.trace)
         return plot_objective([run], out, optimum=optimum, tolerance=tolerance, title=title)

@@ -42,6 +42,7 @@ __all__ = [
     "load_run",
     "plot_objective",
     "plot_runs",
+    "require_matplotlib",
     "staleness_counts",
 ]
 
@@ -296,6 +297,15 @@ def plot_runs(
     draw_runs(runs, axes)
     fig.suptitle(_default_title(runs) if title is None else title)
     return _save(fig, out_png, dpi)
+
+
+def require_matplotlib(what: str) -> None:
+    """An ImportError saying that ``what`` needs matplotlib, and how to install it, when it is
+    not installed (so that no package but this one imports matplotlib)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise ImportError(f"{what} needs matplotlib: pip install 'async_spark[data]'") from None
 
 
 def _save(fig: Any, out_png: str | os.PathLike[str], dpi: int) -> Path:
