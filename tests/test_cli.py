@@ -193,3 +193,20 @@ def test_emulate_calibrates_with_the_tasks_of_the_first_method(monkeypatch, tmp_
     capsys.readouterr()
     assert main([*argv, "--method", "asgaa"]) == 2
     assert "--method must be one of" in capsys.readouterr().err
+
+
+@pytest.mark.spark
+def test_train_runs_dcasgd_and_summarizes_it(spark, tmp_path, capsys):
+    """The method added through the seams, end to end on the command line."""
+    out = tmp_path / "dc"
+    argv = ["train", "--data", "builtin:breast_cancer", "--method", "dcasgd", "--partitions", "2"]
+    code = main([*argv, "--max-updates", "10", "--out", str(out), "--quiet"])
+    assert code == 0, capsys.readouterr().err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["method"] == "dcasgd" and summary["config"]["method"] == "dcasgd"
+    assert summary["updates"] == 10 and summary["stopped_by"] == "max_updates"
+    assert summary["n"] == 569 and summary["d"] == 30 and summary["partitions"] == 2
+    assert np.isfinite(summary["final_objective"]) and summary["final_objective"] < np.log(2)
+    assert summary["policy"] != "sync"  # DC-ASGD is asynchronous
+    stdout = capsys.readouterr().out
+    assert stdout.splitlines()[1].startswith("dcasgd ") and 'RESULT {"dcasgd": ' in stdout

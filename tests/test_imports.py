@@ -97,6 +97,23 @@ def test_only_the_reporting_package_draws():
     assert violations(("reporting",), "matplotlib", inside=False) == []
 
 
+def _private(name: str) -> bool:
+    return any(p.startswith("_") and not p.startswith("__") for p in name.split(".")[1:])
+
+
+@pytest.mark.parametrize("user", ["gpu", "cli"])
+def test_the_spark_stage_and_the_cli_use_only_hylo_s_public_names(user):
+    """``gpu`` (the Spark barrier stage) and the CLI drive ``hylo`` through its public API."""
+    found = [
+        f"{rel}:{line} imports {n}"
+        for rel, names in IMPORTS.items()
+        if rel.startswith(f"async_spark/{user}/")
+        for line, n in names
+        if _matches(n, "async_spark.hylo") and _private(n)
+    ]
+    assert found == []
+
+
 def test_the_reader_sees_the_imports_it_checks():
     # Not vacuous: the files the rules read exist and their known imports are found.
     assert {"async_spark/optim/sgd.py", "async_spark/cli/__init__.py"} <= set(IMPORTS)

@@ -2,7 +2,8 @@
 
 Subcommands, one module each:
 
-- ``train``    — SGD / ASGD / SAGA / ASAGA on Spark (the main job; :mod:`async_spark.cli.train`);
+- ``train``    — a linear model with any method of the table (SGD, SAGA, HB/AG/APG, DC-ASGD;
+  synchronous and asynchronous) on Spark (:mod:`async_spark.cli.train`);
 - ``momentum`` — the stochastic momentum reproduction (rates, invariant covariance, W2;
   :mod:`async_spark.cli.momentum`);
 - ``plot``     — figures of run directories (objective vs time and updates, staleness;
@@ -13,7 +14,8 @@ Subcommands, one module each:
   ``--spark`` as a Spark barrier stage (:mod:`async_spark.cli.hylo`).
 
 ``--mlflow`` (train, hylo) is in :mod:`async_spark.cli.tracking`; what the subcommands share is in
-:mod:`async_spark.cli._common`. This package is the only one of async_spark that uses argparse.
+:mod:`async_spark.cli._common`; the main job (``jobs/main.py``: ASAGA beside SAGA and a report) is
+:mod:`async_spark.cli.main_job`. This package is the only one of async_spark that uses argparse.
 
 Bad input or options end with exit code 2 and one line on stderr naming the file and line or
 the option and its allowed values; ``--debug`` shows the traceback instead.
@@ -51,7 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     def command(name: str, help: str) -> argparse.ArgumentParser:
         return sub.add_parser(name, help=help, formatter_class=HelpFormatter)
 
-    train = command("train", "train a linear model with (a)synchronous SGD/SAGA on Spark")
+    train = command(
+        "train", "train a linear model with (a)synchronous SGD, SAGA, momentum or DC-ASGD on Spark"
+    )
     add_train_arguments(train)
     add_tracking_arguments(train)
     add_momentum_arguments(command("momentum", "reproduce the stochastic momentum theory"))

@@ -54,7 +54,9 @@ from async_spark.cli._common import (
 __all__ = ["build_parser", "main", "run_main_job"]
 
 CHUNK = 4096  # async_spark.data.builtin.SYNTHETIC_CHUNK_ROWS
-METHODS = ("asaga", "saga")  # the asynchronous method first: it is compared against the other
+#: The two methods the main job races (not the method table, solvers.methods.METHODS): the
+#: asynchronous one first, compared against the other.
+COMPARED = ("asaga", "saga")
 
 
 def build_parser(prog: str = "main.py") -> argparse.ArgumentParser:
@@ -235,7 +237,7 @@ def run_main_job(args: argparse.Namespace) -> dict[str, Any]:
     say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr, flush=True))
 
     t = time.perf_counter()
-    configs = [_config(args, m) for m in METHODS]
+    configs = [_config(args, m) for m in COMPARED]
     dataset = configs[0].open_data()
     source, desc = dataset
     setup["data generation and scan (driver)"] = time.perf_counter() - t
@@ -273,7 +275,7 @@ def run_main_job(args: argparse.Namespace) -> dict[str, Any]:
             time.perf_counter() - t
         )
         say(
-            f"setup: {sum(setup.values()):.1f} s; training {', '.join(METHODS)} "
+            f"setup: {sum(setup.values()):.1f} s; training {', '.join(COMPARED)} "
             f"for {args.time_budget:g} s each"
         )
 
@@ -304,7 +306,7 @@ def run_main_job(args: argparse.Namespace) -> dict[str, Any]:
             "held_out": accuracy(out / m / "model.npz", Xh, yh),
             "train": accuracy(out / m / "model.npz", train_block.X, train_block.y),
         }
-        for m in METHODS
+        for m in COMPARED
     }
     after["accuracy"] = time.perf_counter() - t
 
@@ -316,7 +318,7 @@ def run_main_job(args: argparse.Namespace) -> dict[str, Any]:
         f"{desc.nnz} nonzeros, in {desc.num_blocks} blocks. "
         f"**ASAGA** (asynchronous: one update per result) beside **SAGA** (synchronous: one "
         f"update per round of {desc.num_blocks} results), each for {args.time_budget:g} s of "
-        f"training on the same Spark session (`{results[METHODS[0]].engine_snapshot.get('policy')}`"
+        f"training on the same Spark session (`{results[COMPARED[0]].engine_snapshot.get('policy')}`"
         f" / `sync` policies), under ASYNC's `{args.stragglers}` straggler model with delays in "
         f"multiples of {base:g} s.",
     ]
@@ -343,7 +345,7 @@ def run_main_job(args: argparse.Namespace) -> dict[str, Any]:
     ]
     report = write_report(
         out,
-        [out / m for m in METHODS],
+        [out / m for m in COMPARED],
         title="ASAGA beside SAGA under stragglers",
         intro=intro,
         optimum=ref,
@@ -408,10 +410,10 @@ def main(argv: list[str] | None = None, prog: str = "main.py") -> int:
     print(f"report: {out / 'report.md'}")
     if check and not check["holds"] and args.require_check:
         print(
-            f"{prog}: check failed: {METHODS[0]} is "
+            f"{prog}: check failed: {COMPARED[0]} is "
             f"{'within' if check['within_tolerance'] else 'not within'} {check['tolerance']:g} "
             f"of F* and {'ahead of' if check['ahead_at_common_time'] else 'not ahead of'} "
-            f"{METHODS[1]} at the same time (see {out / 'report.md'}; --no-require-check exits"
+            f"{COMPARED[1]} at the same time (see {out / 'report.md'}; --no-require-check exits"
             " 0 anyway)",
             file=sys.stderr,
         )

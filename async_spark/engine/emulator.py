@@ -632,7 +632,7 @@ class VirtualEngine(AsyncEngine):
     Parameters
     ----------
     task_fn, num_blocks, policy, initial_model, task_args, stragglers, straggler_base_seconds,
-    warmup_tasks, max_retries, backoff, run_name, progress, keep_trajectory :
+    warmup_tasks, max_retries, backoff, run_name, keep_trajectory :
         As for :class:`~async_spark.engine.AsyncEngine`.
     cost : CostModel, optional
         Default: measured compute, no overhead, infinite bandwidth, zero latency, free driver.

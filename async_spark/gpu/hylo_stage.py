@@ -78,9 +78,9 @@ def write_outputs(result: dict[str, Any], out: str | os.PathLike[str]) -> None:
 
 
 def _validated(config: Any) -> Any:
-    from async_spark.hylo.train import _config
+    from async_spark.hylo.train import resolve_config
 
-    cfg = _config(config)
+    cfg = resolve_config(config)
     if cfg.optimizer in ("kfac", "smw"):
         raise ValueError(
             f"optimizer {cfg.optimizer!r} (third-party, one process) is not run on the Spark "

@@ -73,6 +73,7 @@ __all__ = [
     "build_replica",
     "evaluate",
     "loss_and_correct",
+    "resolve_config",
     "train",
 ]
 
@@ -261,7 +262,10 @@ class TrainConfig:
             raise ValueError(f"stop_at_target needs workers 1, got {self.workers}")
 
 
-def _config(config: TrainConfig | Mapping[str, Any]) -> TrainConfig:
+def resolve_config(config: TrainConfig | Mapping[str, Any]) -> TrainConfig:
+    """A validated, resolved copy of ``config`` (a :class:`TrainConfig` or a mapping of its
+    fields; unknown keys are refused): what :func:`train` and the Spark stage
+    (:mod:`async_spark.gpu.hylo_stage`) run."""
     if isinstance(config, TrainConfig):
         cfg = TrainConfig(**asdict(config))
     elif isinstance(config, Mapping):
@@ -289,7 +293,7 @@ def train(config: TrainConfig | Mapping[str, Any]) -> dict[str, Any]:
     dict
         The summary described in the module docstring.
     """
-    cfg = _config(config)
+    cfg = resolve_config(config)
     if cfg.workers == 1:
         return _run(0, 1, asdict(cfg))
     from .distributed import launch

@@ -48,7 +48,11 @@ from async_spark.optim._validate import (
     check_positive,
     resolve,
 )
-from async_spark.optim.parameters import momentum_parameters, robust_momentum_parameters
+from async_spark.optim.parameters import (
+    PARAMETER_CHOICES,
+    momentum_parameters,
+    robust_momentum_parameters,
+)
 from async_spark.optim.projections import Prox
 
 __all__ = [
@@ -262,7 +266,7 @@ def momentum_rule(method: str, mu: float, L: float, *, prox: Prox | None = None)
     :func:`nesterov`, or :func:`accelerated_projected_gradient` when ``prox`` is given.
     A ``prox`` with ``"gd"``/``"hb"`` is refused (projected heavy ball is not covered here).
     """
-    check_choice("method", method, ("ag", "ag-lessard", "hb", "gd"))
+    check_choice("method", method, PARAMETER_CHOICES)
     alpha, beta = momentum_parameters(method, mu, L)
     if method in ("gd", "hb"):
         if prox is not None:

@@ -5,11 +5,12 @@ A run joins independent pieces: a dataset as blocks (:mod:`async_spark.data`), a
 messages and pure update rule) and :class:`~async_spark.engine.AsyncEngine`, then hands them to
 the loop of :mod:`.loop`, which :mod:`.recording` records:
 
-- synchronous methods (``sgd``, ``saga``) wait for one result per live block, combine them and
-  apply one update per round (the bulk-synchronous barrier);
-- asynchronous methods (``asgd``, ``asaga``) apply every accepted result at once, whatever its
-  staleness (bounded by ``--tau`` if given), and the freed block gets new work immediately (or as
-  ``--beta``/``--ssp`` allow).
+- synchronous methods (the rows of :data:`~.methods.METHODS` marked synchronous: ``sgd``,
+  ``saga``, ``hb``, ``ag``, ``apg``) wait for one result per live block, combine them in block
+  order and apply one update per round (the bulk-synchronous barrier);
+- asynchronous methods (the others: ``asgd``, ``asaga``, ``ahb``, ``aag``, ``aapg``, ``dcasgd``)
+  apply every accepted result at once, whatever its staleness (bounded by ``--tau`` if given),
+  and the freed block gets new work immediately (or as ``--beta``/``--ssp`` allow).
 
 SAGA's history is the driver's table of one scalar per sample (the GLM trick): at dispatch the
 driver draws the task's sample from ``(seed, block, task index)`` and ships the old scalars of

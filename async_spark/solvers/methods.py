@@ -26,8 +26,9 @@ name. A new method is a new :class:`Family` (or a new row of an existing one) â€
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
@@ -82,7 +83,9 @@ class StepChoice(NamedTuple):
 
     gamma: float
     beta: float | None = None
-    info: dict[str, float] = {}
+    # how the step was found (momentum: L, mu, kappa, alpha, beta); read-only, so the default
+    # that every StepChoice shares cannot be changed through one of them
+    info: Mapping[str, float] = MappingProxyType({})
 
 
 class Dispatch(NamedTuple):

@@ -200,3 +200,12 @@ def test_train_linear_joins_pieces_in_under_a_hundred_lines():
     assert len(lines) < 100, len(lines)
     for helper in ("_step_and_rule", "_engine_maker", "_write_checkpoint", "_result"):
         assert callable(getattr(linear, helper))
+
+
+def test_a_step_choice_s_default_info_is_shared_but_read_only():
+    from async_spark.solvers.methods import StepChoice
+
+    a, b = StepChoice(0.1), StepChoice(0.2)
+    with pytest.raises(TypeError):
+        a.info["L"] = 1.0  # a shared mutable default would change b's as well
+    assert dict(b.info) == {} and StepChoice(0.1, 0.5, {"L": 2.0}).info == {"L": 2.0}
