@@ -289,12 +289,15 @@ def run_spark_hylo(args: argparse.Namespace) -> int:
     if args.test_parquet and not args.train_parquet:
         raise ValueError("--test-parquet needs --train-parquet")
     from async_spark.engine.connect import is_connect
+    from async_spark.engine.session import ENV_CHECK_MODULES, check_executors
     from async_spark.gpu.data import ShardSource, dataframe_shards
     from async_spark.gpu.hylo_stage import train_hylo_spark
 
     with spark_session(
         args.master, "async-spark hylo", _session_conf(args), remote=args.remote, connect=True
     ) as spark:
+        # The ranks import the project and torch: executors without them fail here, with the fix.
+        check_executors(spark, (*ENV_CHECK_MODULES, "torch"))
         source = None
         data: Any = None
         if args.train_parquet:

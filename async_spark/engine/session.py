@@ -20,9 +20,12 @@ reach the caller as exceptions.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
+import threading
+import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -282,6 +285,12 @@ def _driver_versions(modules: tuple[str, ...]) -> dict[str, str | None]:
     return out
 
 
+def _public(version: str | None) -> str | None:
+    """A version without its local part: ``2.13.0+cpu`` and ``2.13.0+cu121`` are one release
+    (torch's builds for a driver without a GPU and executors with one)."""
+    return None if version is None else version.split("+", 1)[0]
+
+
 def _executors_are_the_driver(sc: Any) -> bool:
     """Local mode with this interpreter: the executors' Python is the driver's."""
     master = str(sc.master)
@@ -292,27 +301,51 @@ def _executors_are_the_driver(sc: Any) -> bool:
     return os.path.realpath(resolved) == os.path.realpath(sys.executable)
 
 
+# Sessions already checked: (application or Connect session id, modules, force) -> the answer.
+# A fit, a CrossValidator's many fits or a notebook's repeated runs pay the probe once per session.
+_CHECKED: dict[tuple[str, tuple[str, ...], bool], dict[str, Any] | None] = {}
+_CHECK_LOCK = threading.Lock()
+
+
+def _session_key(spark: Any) -> str:
+    """What identifies the executors a session runs on: the application id of its SparkContext
+    (a new context is a new application), or a Spark Connect session's id."""
+    from .connect import is_connect
+
+    if is_connect(spark):
+        return "connect:" + str(getattr(spark, "session_id", id(spark)))
+    return "app:" + str(spark.sparkContext.applicationId)
+
+
 def check_executors(
     spark: Any,
     modules: tuple[str, ...] = ENV_CHECK_MODULES,
     *,
     force: bool = False,
+    cache: bool = True,
 ) -> dict[str, Any] | None:
     """Check, with one tiny task, that an executor imports ``modules`` at the driver's versions.
 
     Run before training: an executor whose Python lacks the project otherwise fails every task
     after Spark's retries, with ``No module named 'async_spark'`` and no hint. Here the probe task
     itself never fails on an import (it reports it), so the answer comes in about the time a
-    Python worker takes to start.
+    Python worker takes to start. A session that passed is not probed again (``cache``): the
+    Estimators and ``async-spark`` call this before every fit, and a ``CrossValidator`` fits many
+    times on one session.
 
     Parameters
     ----------
     spark : SparkSession
     modules : names
-        Imported on the executor and compared with the driver's ``__version__``.
+        Imported on the executor and compared with the driver's ``__version__`` (the public
+        version: a local part such as torch's ``+cpu`` or ``+cu121`` is not compared).
     force : bool
         Check even in local mode with the driver's own interpreter (skipped otherwise: the
         executors are this Python).
+    cache : bool
+        Return the answer of an earlier check of the same session (SparkContext application or
+        Spark Connect session) and modules that passed, without a task. A failed check is not
+        cached.
 
     Returns
     -------
@@ -326,6 +359,17 @@ def check_executors(
         One line: what the executor lacks or has at another version, and the fix
         (``spark.pyspark.python`` or a packed environment with ``--archives``).
     """
+    key = (_session_key(spark), tuple(modules), bool(force))
+    with _CHECK_LOCK:  # concurrent fits (a CrossValidator's pool) wait for one probe
+        if cache and key in _CHECKED:
+            answer = _CHECKED[key]
+            return None if answer is None else dict(answer)
+        answer = _check_executors(spark, tuple(modules), force)
+        _CHECKED[key] = answer
+        return None if answer is None else dict(answer)
+
+
+def _check_executors(spark: Any, modules: tuple[str, ...], force: bool) -> dict[str, Any] | None:
     from .connect import is_connect
 
     if is_connect(spark):  # no SparkContext: the probe is a one-row mapInArrow job
@@ -357,7 +401,7 @@ def check_executors(
     mismatched = [
         f"{m} {found[m]} (driver: {driver[m]})"
         for m in modules
-        if driver.get(m) is not None and found[m] != driver[m]
+        if driver.get(m) is not None and _public(found[m]) != _public(driver[m])
     ]
     if mismatched:
         raise ExecutorEnvironmentError(
@@ -367,20 +411,82 @@ def check_executors(
 
 
 def _classic_probe(sc: Any, modules: tuple[str, ...], force: bool) -> dict[str, Any] | None:
+    """Run the probe as one task that fails the check at its first failure.
+
+    A task that cannot start a Python worker (no such interpreter, another Python version, a
+    crash at start-up) would be retried ``spark.task.maxFailures`` times (4 on a cluster, fixed
+    when the SparkContext starts), each retry starting a worker again. The probe's job runs in a
+    job group of its own; a watcher thread polls the status tracker and cancels the group at the
+    first failed task, and the check reports that task's error.
+    """
     if not force and _executors_are_the_driver(sc):
         return None
     probe = _probe_function(tuple(modules))
-    sc.setJobDescription("async-spark: check the executors' Python environment")
+    group = f"async-spark-env-check-{uuid.uuid4().hex[:12]}"
+    saved = {k: sc.getLocalProperty(k) for k in _JOB_GROUP_PROPERTIES}
+    first_failure: list[str] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(_WATCH_SECONDS):
+            reason = _first_task_failure(sc, group)
+            if reason is not None:
+                first_failure.append(reason)
+                sc.cancelJobGroup(group)
+                return
+
+    watcher = threading.Thread(target=watch, name="async-spark-env-check", daemon=True)
+    sc.setJobGroup(group, "async-spark: check the executors' Python environment", True)
+    watcher.start()
     try:
         return dict(sc.parallelize([0], 1).mapPartitions(probe).collect()[0])
     except Exception as exc:  # the worker could not start at all (no such interpreter, ...)
-        reason = _first_line_of_java_error(exc)
+        done.set()
+        watcher.join()
+        reason = first_failure[0] if first_failure else _first_line_of_java_error(exc)
         python = sc.getConf().get("spark.pyspark.python", None) or sc.pythonExec
         raise ExecutorEnvironmentError(
             f"the executors could not run a Python task with {python!r} ({reason}); " + FIX_HINT
         ) from None
     finally:
-        sc.setJobDescription(None)
+        done.set()
+        watcher.join()
+        for key, value in saved.items():  # the caller's job group, description, interrupt flag
+            sc.setLocalProperty(key, value)
+
+
+_JOB_GROUP_PROPERTIES = (
+    "spark.jobGroup.id",
+    "spark.job.description",
+    "spark.job.interruptOnCancel",
+)
+_WATCH_SECONDS = 0.05
+_JAVA_CLASS_PREFIX = re.compile(r"^(?:[\w$]+\.)+[\w$]*(?:Exception|Error): ")
+
+
+def _first_task_failure(sc: Any, group: str) -> str | None:
+    """The error of the first failed task of ``group``'s jobs, None while none failed.
+
+    The count comes from the status tracker; the text from the application's status store (the
+    data behind the UI's task table), and when that cannot be read, a generic line."""
+    tracker = sc.statusTracker()
+    for job_id in tracker.getJobIdsForGroup(group):
+        job = tracker.getJobInfo(job_id)
+        for stage_id in job.stageIds if job is not None else ():
+            stage = tracker.getStageInfo(stage_id)
+            if stage is None or stage.numFailedTasks <= 0:
+                continue
+            try:
+                tasks = sc._jsc.sc().statusStore().taskList(stage_id, stage.currentAttemptId, 8)
+                for i in range(tasks.size()):
+                    error = tasks.apply(i).errorMessage()
+                    if error.isDefined():
+                        line = _first_line_of_java_error(Exception(str(error.get())))
+                        return _JAVA_CLASS_PREFIX.sub("", line)
+            except Exception:  # a private API of Spark's: the count alone still fails fast
+                pass
+            return "its first task failed; the executor's log has the error"
+    return None
 
 
 def _first_line_of_java_error(exc: BaseException) -> str:

@@ -44,6 +44,7 @@ from async_spark.data.dataset import open_dataset
 from async_spark.data.errors import DataError
 from async_spark.data.transform import MAX_CLASSES
 from async_spark.engine.connect import default_parallelism, is_connect
+from async_spark.engine.session import check_executors
 from async_spark.solvers.config import ConfigError, TrainConfig
 from async_spark.solvers.linear import TrainResult, train_linear
 from async_spark.solvers.outputs import original_scale
@@ -287,6 +288,9 @@ def _fit_staged(
     stats: LabelStats,
 ) -> FitOutput:
     spark = dataset.sparkSession
+    # Before any Python task: executors without the project fail here, in seconds, with the fix
+    # (once per session: a CrossValidator's fits and a notebook's refits do not pay it again).
+    check_executors(spark)
     features, label = params.getFeaturesCol(), params.getLabelCol()
     n, d = stats.n, stats.d
     P = params.getNumPartitions() or default_parallelism(spark)

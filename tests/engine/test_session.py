@@ -104,3 +104,95 @@ def test_spark_submit_master_wins(tmp_path):
         env=env,
     )
     assert "MASTER local[3] FAIR" in proc.stdout, proc.stderr[-2000:]
+
+
+# The executors' environment check on the shared session (local[4,2]: a task is tried twice).
+# ``force=True`` probes although local executors run the driver's Python; ``cache=False`` so that
+# each check here runs its task.
+
+
+@pytest.mark.spark
+def test_check_executors_reports_other_versions_than_the_drivers(spark, monkeypatch):
+    from async_spark.engine import session
+
+    answer = session.check_executors(spark, force=True, cache=False)
+    assert answer is not None and answer["modules"]["async_spark"] is not None
+    real = session._driver_versions
+
+    def driver_versions(modules):
+        return {**real(modules), "numpy": "0.0.1", "pandas": "0.0.2"}
+
+    monkeypatch.setattr(session, "_driver_versions", driver_versions)
+    with pytest.raises(session.ExecutorEnvironmentError) as info:
+        session.check_executors(spark, force=True, cache=False)
+    message = str(info.value)
+    import numpy
+    import pandas
+
+    assert message.startswith(f"the executors' Python ({answer['executable']}, Python ")
+    assert (
+        f"has other versions than the driver: numpy {numpy.__version__} (driver: 0.0.1), "
+        f"pandas {pandas.__version__} (driver: 0.0.2); give the executors a Python" in message
+    )
+    assert "--conf spark.pyspark.python=PATH" in message and "scripts/pack-env.sh" in message
+    assert "\n" not in message
+    local = {**real(session.ENV_CHECK_MODULES), "numpy": numpy.__version__ + "+cpu"}
+    monkeypatch.setattr(session, "_driver_versions", lambda modules: local)
+    assert session.check_executors(spark, force=True, cache=False) is not None  # a build variant
+    with pytest.raises(session.ExecutorEnvironmentError, match=r"cannot import no_such_mod_x \("):
+        session.check_executors(spark, ("async_spark", "no_such_mod_x"), force=True, cache=False)
+
+
+@pytest.mark.spark
+def test_check_executors_runs_once_per_session_and_never_caches_a_failure(spark, monkeypatch):
+    from async_spark.engine import session
+
+    probes = []
+    real = session._classic_probe
+
+    def counting(sc, modules, force):
+        probes.append(modules)
+        return real(sc, modules, force)
+
+    monkeypatch.setattr(session, "_classic_probe", counting)
+    monkeypatch.setattr(session, "_CHECKED", {})
+    first = session.check_executors(spark, force=True)
+    assert session.check_executors(spark, force=True) == first and len(probes) == 1
+    assert session.check_executors(spark) is None and len(probes) == 2  # local: skipped, once
+    assert session.check_executors(spark) is None and len(probes) == 2
+    monkeypatch.setattr(session, "_driver_versions", lambda modules: {"numpy": "0.0.1"})
+    for _ in range(2):  # a failed check probes again
+        with pytest.raises(session.ExecutorEnvironmentError):
+            session.check_executors(spark, ("numpy",), force=True)
+    assert len(probes) == 4
+
+
+@pytest.mark.spark
+def test_an_interpreter_that_cannot_start_fails_the_check_at_its_first_failure(
+    spark, monkeypatch, tmp_path
+):
+    """Without the watcher Spark tries the task spark.task.maxFailures times (2 here, 4 on a
+    cluster), each attempt starting a worker again; the check must fail at the first."""
+    from async_spark.engine import session
+
+    log = tmp_path / "attempts.txt"
+    broken = tmp_path / "python"
+    broken.write_text(f"#!/bin/sh\necho start >> {log}\nsleep 3\necho end >> {log}\nexit 3\n")
+    broken.chmod(0o755)
+    sc = spark.sparkContext
+    monkeypatch.setattr(sc, "pythonExec", str(broken))  # the interpreter of the probe's worker
+    sc.setJobGroup("callers-group", "the caller's description", False)
+    try:
+        with pytest.raises(session.ExecutorEnvironmentError) as info:
+            session.check_executors(spark, force=True, cache=False)
+        ended = log.read_text().split().count("end")
+        assert ended == 1, log.read_text()  # the second attempt, if any, was cut short
+        message = str(info.value)
+        assert message.startswith(f"the executors could not run a Python task with {str(broken)!r}")
+        assert "pyspark.daemon" in message and "org.apache" not in message, message
+        assert "spark.pyspark.python" in message and "\n" not in message
+        assert sc.getLocalProperty("spark.jobGroup.id") == "callers-group"  # restored
+        assert sc.getLocalProperty("spark.job.description") == "the caller's description"
+    finally:
+        for key in ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel"):
+            sc.setLocalProperty(key, None)

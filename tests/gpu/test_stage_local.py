@@ -101,19 +101,45 @@ def test_partitions_and_slots_are_checked_before_the_stage(spark):
         )
 
 
-def test_cli_writes_the_hylo_outputs(spark, tmp_path, capsys):
-    from async_spark.cli.hylo import add_hylo_arguments, add_spark_hylo_arguments, run_spark_hylo
+def _hylo_cli(out):
+    """The parser of ``async-spark hylo`` and a small one-rank barrier run writing into ``out``."""
+    from async_spark.cli.hylo import add_hylo_arguments, add_spark_hylo_arguments
 
     parser = argparse.ArgumentParser()
     add_hylo_arguments(parser)
     add_spark_hylo_arguments(parser)
     args = parser.parse_args(
         "--model cnn1d --data synthetic --n-train 64 --n-test 16 --epochs 1 --batch-size 16 "
-        f"--workers 1 --spark --launcher barrier --out {tmp_path}".split()
+        f"--workers 1 --spark --launcher barrier --out {out}".split()
     )
+    return parser, args
+
+
+def test_cli_writes_the_hylo_outputs(spark, tmp_path, capsys):
+    from async_spark.cli.hylo import run_spark_hylo
+
+    parser, args = _hylo_cli(tmp_path)
     assert run_spark_hylo(args) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["launcher"] == "barrier" and printed["epochs_run"] == 1
     assert (tmp_path / "model.pt").is_file() and (tmp_path / "metrics.jsonl").is_file()
     with pytest.raises(SystemExit):
         parser.parse_args(["--gpus-per-task", "1.5"])
+
+
+def test_the_cli_checks_the_executors_with_torch_before_the_stage(spark, tmp_path, monkeypatch):
+    from async_spark.cli.hylo import run_spark_hylo
+    from async_spark.engine import session
+
+    asked = []
+
+    def refuse(spark, modules=session.ENV_CHECK_MODULES, **kw):
+        asked.append(modules)
+        raise session.ExecutorEnvironmentError("the executors' Python cannot import torch")
+
+    monkeypatch.setattr(session, "check_executors", refuse)
+    _, args = _hylo_cli(tmp_path)
+    with pytest.raises(session.ExecutorEnvironmentError, match="cannot import torch"):
+        run_spark_hylo(args)
+    assert asked == [(*session.ENV_CHECK_MODULES, "torch")]
+    assert not list(tmp_path.iterdir())  # refused before the stage wrote anything

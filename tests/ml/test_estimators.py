@@ -331,6 +331,30 @@ def test_a_seeded_synchronous_fit_is_the_same_on_both_transports(assembled):
         est.setTransport("carrier-pigeon")
 
 
+def test_a_fit_checks_the_executors_once_per_session(assembled, monkeypatch):
+    """Every fit runs the executors' environment check first; a session that passed is not
+    probed again (a CrossValidator fits many times); a failed check stops the fit with its fix."""
+    from async_spark.engine import session
+
+    train, _ = assembled
+    probes = []
+    monkeypatch.setattr(session, "_CHECKED", {})
+    monkeypatch.setattr(session, "_check_executors", lambda *a: probes.append(a) or None)
+    est = AsyncLogisticRegression(method="saga", maxUpdates=2, stepSize=0.2, numPartitions=2)
+    est.fit(train)
+    est.copy({est.regParam: 0.1}).fit(train)
+    assert len(probes) == 1
+    fix = "the executors' Python (/x/python) cannot import async_spark (...); give the executors"
+
+    def refuse(*a):
+        raise session.ExecutorEnvironmentError(fix)
+
+    monkeypatch.setattr(session, "_CHECKED", {})
+    monkeypatch.setattr(session, "_check_executors", refuse)
+    with pytest.raises(session.ExecutorEnvironmentError, match=r"cannot import async_spark"):
+        est.fit(train)
+
+
 def test_the_default_staging_folder_must_be_this_users_alone(assembled, tmp_path, monkeypatch):
     """A fit that would stage under a shared /tmp folder another user could write is refused
     before anything is written there."""
