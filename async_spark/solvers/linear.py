@@ -141,8 +141,13 @@ class TrainResult:
 
 
 def _task_seconds(blocks: list[dict[str, Any]]) -> dict[str, Any]:
-    """Measured task times (dispatch to result, seen by the driver; straggler sleep included):
-    the mean over every task, the largest block p95, and each block's mean."""
+    """Measured task times: the driver's dispatch-to-result seconds of successful tasks
+    (compute, transport and any straggler sleep), as the engine keeps them, each block's last 64
+    (``engine.core._TAIL_WINDOW``); not the mean over every task of the run. ``mean``: the
+    blocks' means over those windows, weighted by the tasks dispatched to each block over the
+    run (a fast block that ran many tasks weighs more); ``p95``: the largest of the blocks' 95th
+    percentiles over their windows; ``per_block``: each block's window mean (None for a block
+    with no successful task)."""
     timed = [b for b in blocks if b.get("mean_task_seconds") is not None]
     tasks = sum(int(b["tasks"]) for b in timed)
     mean = (
