@@ -120,6 +120,9 @@ def test_a_small_main_job_reports_what_its_runs_wrote(tmp_path):
         assert row["rel. suboptimality"] == f"{rel[m]:.2e}", (m, row, rel[m])
         assert row["final objective"] == f"{s['final_objective']:.6g}"
         assert row["updates"] == str(s["updates"]) and s["updates"] > 0
+        task = s["task_seconds"]  # measured, beside the straggler base (not a measurement)
+        assert row["measured task s (mean / p95)"] == f"{task['mean']:.3f} / {task['p95']:.3f}"
+        assert row["straggler base s"] == f"{s['straggler_base_seconds']:.3g}" == "0.1"
         assert 0.5 < acc <= 1.0
         guard = s["step_safeguard"]  # the steps note says what the safeguard did
         assert (
