@@ -19,6 +19,7 @@ reach the caller as exceptions.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -29,6 +30,8 @@ import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "ENV_CHECK_MODULES",
@@ -428,29 +431,36 @@ def _classic_probe(sc: Any, modules: tuple[str, ...], force: bool) -> dict[str, 
     done = threading.Event()
 
     def watch() -> None:
-        while not done.wait(_WATCH_SECONDS):
-            reason = _first_task_failure(sc, group)
-            if reason is not None:
-                first_failure.append(reason)
-                sc.cancelJobGroup(group)
-                return
+        try:
+            while not done.wait(_WATCH_SECONDS):
+                reason = _first_task_failure(sc, group)
+                if reason is not None:
+                    first_failure.append(reason)
+                    sc.cancelJobGroup(group)
+                    return
+        except Exception:  # the context stopped under it: the job fails or ends by itself
+            log.debug("executor check: the watcher stopped", exc_info=True)
 
     watcher = threading.Thread(target=watch, name="async-spark-env-check", daemon=True)
-    sc.setJobGroup(group, "async-spark: check the executors' Python environment", True)
-    watcher.start()
+
+    def stop_watching() -> None:
+        done.set()
+        if watcher.is_alive():
+            watcher.join()
+
     try:
+        sc.setJobGroup(group, "async-spark: check the executors' Python environment", True)
+        watcher.start()
         return dict(sc.parallelize([0], 1).mapPartitions(probe).collect()[0])
     except Exception as exc:  # the worker could not start at all (no such interpreter, ...)
-        done.set()
-        watcher.join()
+        stop_watching()
         reason = first_failure[0] if first_failure else _first_line_of_java_error(exc)
         python = sc.getConf().get("spark.pyspark.python", None) or sc.pythonExec
         raise ExecutorEnvironmentError(
             f"the executors could not run a Python task with {python!r} ({reason}); " + FIX_HINT
         ) from None
     finally:
-        done.set()
-        watcher.join()
+        stop_watching()
         for key, value in saved.items():  # the caller's job group, description, interrupt flag
             sc.setLocalProperty(key, value)
 
