@@ -82,6 +82,10 @@ class DatasetDescriptor:
     max_row_norm_sq: float | None = None
     #: original label value of each class index (classification losses), else None.
     classes: tuple[float, ...] | None = None
+    #: lambda_max(X^T X / n) without and with the intercept column, when the source measured it
+    #: where the rows live (a DataFrame's partitions): exact up to 1024 columns, else the trace
+    #: bound; None: measured on the driver over the blocks when a step size needs it.
+    gram_max: tuple[float, float] | None = None
 
     @property
     def num_blocks(self) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -19,12 +20,13 @@ from async_spark.data.limits import feature_limit
 from async_spark.data.parquet import ParquetSource, parquet_source
 from async_spark.data.transform import (
     LOSSES,
+    ScanResult,
     TransformedSource,
     label_mapping,
     scan_blocks,
 )
 
-__all__ = ["FORMATS", "DEFAULT_DATA", "open_dataset", "parse_builtin_spec"]
+__all__ = ["FORMATS", "DEFAULT_DATA", "describe_scanned", "open_dataset", "parse_builtin_spec"]
 
 FORMATS = ("auto", "libsvm", "parquet")
 DEFAULT_DATA = "builtin:synthetic"
@@ -271,6 +273,32 @@ def open_dataset(
     elif isinstance(source, ParquetSource) and source.num_features is None:
         source = dataclasses.replace(source, num_features=d)
 
+    return describe_scanned(
+        source,
+        scan,
+        d=int(d),
+        sparse=bool(final_sparse),
+        standardize=standardize,
+        loss=loss,
+        where=where,
+    )
+
+
+def describe_scanned(
+    source: BlockSource,
+    scan: ScanResult,
+    *,
+    d: int,
+    sparse: bool,
+    standardize: bool,
+    loss: str | None,
+    where: str,
+    rescan: Callable[[BlockSource], ScanResult] = scan_blocks,
+) -> tuple[BlockSource, DatasetDescriptor]:
+    """The tail of :func:`open_dataset`, shared by every kind of source once it is scanned: map
+    the labels for ``loss``, check that the model fits, standardize (the column scales from the
+    scan's moments; ``rescan`` measures the standardized rows' norms) and describe the result."""
+    final_sparse = sparse
     classes = label_mapping(loss, scan.labels, where)
     _check_model_fits(source, d, len(classes) if loss == "softmax" and classes else 1, where)
     mean = scale = None
@@ -291,7 +319,7 @@ def open_dataset(
     max_norm = scan.max_row_norm_sq
     nnz = scan.nnz
     if standardize:
-        after = scan_blocks(source)
+        after = rescan(source)
         max_norm, nnz = after.max_row_norm_sq, after.nnz
     desc = DatasetDescriptor(
         dataset_id=source.dataset_id,

@@ -31,7 +31,7 @@ from async_spark.data.builtin import _block_bounds
 from async_spark.data.errors import DataError, rows_cannot_fill
 from async_spark.data.libsvm import list_part_files
 
-__all__ = ["ParquetSource", "parquet_source", "decode_features"]
+__all__ = ["ParquetSource", "parquet_source", "decode_features", "decode_labels"]
 
 _VECTOR_FIELDS = {"type", "size", "indices", "values"}
 
@@ -173,6 +173,19 @@ def decode_features(
     return X, expect
 
 
+def decode_labels(arr: Any, *, where: str, column: str, row0: int) -> np.ndarray:
+    """A numeric label column as float64; a null, NaN or infinite label is a DataError naming
+    ``where``, the column and the row (``row0`` + its position)."""
+    if arr.null_count:
+        r = int(np.flatnonzero(np.asarray(arr.is_null()))[0])
+        raise DataError(f"{where}: column {column!r} row {row0 + r}: null label")
+    y = np.asarray(arr.to_numpy(), dtype=np.float64)
+    if not np.isfinite(y).all():
+        r = int(np.flatnonzero(~np.isfinite(y))[0])
+        raise DataError(f"{where}: column {column!r} row {row0 + r}: NaN or infinite label")
+    return y
+
+
 @dataclass(frozen=True)
 class ParquetSource(BlockSource):
     """Blocks of Parquet file(s): each worker reads the row groups overlapping its row range.
@@ -233,16 +246,7 @@ class ParquetSource(BlockSource):
                 row0=lo,
                 num_features=self.num_features,
             )
-            lab = table.column(self.label)
-            if lab.null_count:
-                r = int(np.flatnonzero(np.asarray(lab.is_null()))[0])
-                raise DataError(f"{path}: column {self.label!r} row {lo + r}: null label")
-            y = np.asarray(lab.to_numpy(), dtype=np.float64)
-            if not np.isfinite(y).all():
-                r = int(np.flatnonzero(~np.isfinite(y))[0])
-                raise DataError(
-                    f"{path}: column {self.label!r} row {lo + r}: NaN or infinite label"
-                )
+            y = decode_labels(table.column(self.label), where=path, column=self.label, row0=lo)
             Xs.append(X)
             ys.append(y)
         widths = {x.shape[1] for x in Xs}

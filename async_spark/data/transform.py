@@ -36,16 +36,19 @@ from async_spark.data.errors import OPTION, DataError
 __all__ = [
     "LOSSES",
     "MAX_CLASSES",
+    "MAX_DISTINCT_LABELS",
     "ScanResult",
     "TransformedSource",
+    "block_moments",
     "label_mapping",
+    "merge_moments",
     "scan_blocks",
     "row_norms_sq",
 ]
 
 LOSSES = ("logistic", "squares", "softmax")
 MAX_CLASSES = 1000
-_MAX_DISTINCT = 100_000  # stop collecting distinct labels beyond this (regression targets)
+MAX_DISTINCT_LABELS = 100_000  # stop collecting distinct labels beyond this (regression targets)
 
 
 def row_norms_sq(X: Any) -> np.ndarray:
@@ -75,6 +78,9 @@ class ScanResult:
     count: int = 0
     mean: np.ndarray | None = None
     m2: np.ndarray | None = None
+    #: sum of the rows' (x_i, 1) outer products, when measured (a DataFrame's partitions, d < 1024)
+    gram: np.ndarray | None = None
+    row_norm_sq_sum: float = 0.0
 
     @property
     def n(self) -> int:
@@ -107,29 +113,40 @@ def scan_blocks(source: BlockSource, *, moments: bool = False) -> ScanResult:
             res.max_row_norm_sq = max(res.max_row_norm_sq, float(row_norms_sq(X).max()))
         if res.labels is not None:
             res.labels = np.union1d(res.labels, np.unique(y))
-            if res.labels.size > _MAX_DISTINCT:
+            if res.labels.size > MAX_DISTINCT_LABELS:
                 res.labels = None
         if moments and rows:
-            if sp.issparse(X):
-                s1 = np.asarray(X.sum(axis=0)).ravel()
-                s2 = np.asarray(X.multiply(X).sum(axis=0)).ravel()
-                mean_b = s1 / rows
-                m2_b = s2 - rows * mean_b * mean_b
-            else:
-                mean_b = X.mean(axis=0)
-                m2_b = ((X - mean_b) ** 2).sum(axis=0)
-            if res.mean is None or res.m2 is None:
-                res.mean, res.m2, res.count = mean_b.copy(), m2_b.copy(), rows
-            else:
-                d = max(res.mean.size, mean_b.size)
-                ma, mb = _pad(res.mean, d), _pad(mean_b, d)
-                qa, qb = _pad(res.m2, d), _pad(m2_b, d)
-                na, nb = res.count, rows
-                delta = mb - ma
-                res.mean = ma + delta * (nb / (na + nb))
-                res.m2 = qa + qb + delta * delta * (na * nb / (na + nb))
-                res.count = na + nb
+            merge_moments(res, *block_moments(X), rows)
     return res
+
+
+def block_moments(X: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The column means and centered second moments (sums of squared deviations) of one
+    non-empty block, dense or CSR."""
+    rows = X.shape[0]
+    if sp.issparse(X):
+        s1 = np.asarray(X.sum(axis=0)).ravel()
+        s2 = np.asarray(X.multiply(X).sum(axis=0)).ravel()
+        mean = s1 / rows
+        return mean, s2 - rows * mean * mean
+    mean = X.mean(axis=0)
+    return mean, ((X - mean) ** 2).sum(axis=0)
+
+
+def merge_moments(res: ScanResult, mean_b: np.ndarray, m2_b: np.ndarray, rows: int) -> None:
+    """Fold one block's column means and centered second moments into ``res`` (Chan et al.'s
+    pairwise update: exact whatever the order of the blocks, up to rounding)."""
+    if res.mean is None or res.m2 is None:
+        res.mean, res.m2, res.count = mean_b.copy(), m2_b.copy(), rows
+        return
+    d = max(res.mean.size, mean_b.size)
+    ma, mb = _pad(res.mean, d), _pad(mean_b, d)
+    qa, qb = _pad(res.m2, d), _pad(m2_b, d)
+    na, nb = res.count, rows
+    delta = mb - ma
+    res.mean = ma + delta * (nb / (na + nb))
+    res.m2 = qa + qb + delta * delta * (na * nb / (na + nb))
+    res.count = na + nb
 
 
 def label_mapping(
@@ -147,9 +164,9 @@ def label_mapping(
         return None
     if labels is None:
         raise DataError(
-            f"{where}: more than {_MAX_DISTINCT} distinct labels; loss {loss!r} needs classes",
+            f"{where}: more than {MAX_DISTINCT_LABELS} distinct labels; loss {loss!r} needs classes",
             option="loss",
-            problem=f"{where}: more than {_MAX_DISTINCT} distinct labels; loss {loss!r} needs "
+            problem=f"{where}: more than {MAX_DISTINCT_LABELS} distinct labels; loss {loss!r} needs "
             f"classes (for real-valued labels use {OPTION} squares)",
         )
     shown = ", ".join(f"{v:g}" for v in labels[:10]) + (", ..." if labels.size > 10 else "")

@@ -40,6 +40,7 @@ import time
 import uuid
 from collections import Counter, OrderedDict, deque
 from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,6 +95,9 @@ class _WorkerConfig:
     reconnect_seconds: float  # after a lost connection: keep trying this long
     max_body_bytes: int
     max_versions: int
+    #: a DataFrame's partitions as the blocks (data.frame.FrameSource): each task decodes the
+    #: partitions it is given and holds them; None: the tasks open their blocks from the source
+    frame: Any = None
 
 
 # =================================================================================================
@@ -111,14 +115,19 @@ class _WorkerEntry:
         import pyarrow as pa
         from pyspark import TaskContext
 
-        ids: set[int] = set()
-        for batch in batches:
-            ids.update(int(x) for x in batch.column(0).to_pylist())
         ctx = TaskContext.get()
-        partition = ctx.partitionId() if ctx is not None else min(ids, default=-1)
         attempt = ctx.attemptNumber() if ctx is not None else 0
-        blocks = [b for b in range(self.cfg.num_blocks) if b % self.cfg.num_tasks in ids]
-        served = _Worker(self.cfg, blocks, partition, attempt).run()
+        with ExitStack() as holding:
+            if self.cfg.frame is not None:  # this task's rows are its blocks: decode, hold them
+                blocks = _hold_partitions(self.cfg.frame, batches, holding)
+                partition = ctx.partitionId() if ctx is not None else min(blocks, default=-1)
+            else:
+                ids: set[int] = set()
+                for batch in batches:
+                    ids.update(int(x) for x in batch.column(0).to_pylist())
+                partition = ctx.partitionId() if ctx is not None else min(ids, default=-1)
+                blocks = [b for b in range(self.cfg.num_blocks) if b % self.cfg.num_tasks in ids]
+            served = _Worker(self.cfg, blocks, partition, attempt).run()
         yield pa.RecordBatch.from_pydict(
             {"partition": [partition], "attempt": [attempt], "tickets": [served]},
             schema=pa.schema(
@@ -128,6 +137,24 @@ class _WorkerEntry:
 
 
 _OUTPUT_SCHEMA = "partition long, attempt long, tickets long"
+_BLOCK_COLUMN = "_async_spark_block"  # a frame row's block: its partition of the prepared frame
+
+
+def _hold_partitions(source: Any, batches: Iterator[Any], holding: ExitStack) -> list[int]:
+    """Decode the rows of each block (``_BLOCK_COLUMN``) of this task and hold them for the
+    task function while ``holding`` lasts; the blocks, in order."""
+    import pyarrow as pa
+
+    from async_spark.data.frame import held
+
+    rows: dict[int, list[Any]] = {}
+    for batch in batches:
+        ids = batch.column(0).to_numpy()
+        for b in np.unique(ids):
+            rows.setdefault(int(b), []).append(batch.filter(pa.array(ids == b)))
+    for b in sorted(rows):
+        holding.enter_context(held(source, b, source.decode(b, iter(rows[b]))))
+    return sorted(rows)
 
 
 def _freeze(value: Any) -> Any:
@@ -513,6 +540,7 @@ class ResidentTransport(Transport):
         max_versions: int = 4,
         max_frame_bytes: int = DEFAULT_MAX_BODY_BYTES,
         max_relaunches: int = 2,
+        source: Any = None,
     ) -> None:
         super().__init__()
         from pyspark import SparkContext
@@ -557,7 +585,14 @@ class ResidentTransport(Transport):
             raise ValueError(f"num_tasks must be an integer >= 1, got {num_tasks!r}")
         if isinstance(max_relaunches, bool) or not isinstance(max_relaunches, int):
             raise ValueError(f"max_relaunches must be an integer >= 0, got {max_relaunches!r}")
+        from async_spark.data.frame import frame_of
+
         self.spark = spark
+        self._frame = None if source is None else frame_of(source)
+        self._frame_source = None
+        if self._frame is not None:
+            self._frame_source = source.inner if hasattr(source, "inner") else source
+        self.on_frame = self._frame is not None
         self.publisher = InlinePublisher()  # versions stay on the driver; sent once per worker
         self._task_fn = task_fn
         self._num_tasks = num_tasks
@@ -616,6 +651,11 @@ class ResidentTransport(Transport):
                 "ResidentTransport needs the task function: AsyncEngine passes it to "
                 "start(task_fn=...), or give ResidentTransport(spark, task_fn=...)"
             )
+        if self._frame_source is not None and num_blocks != self._frame_source.num_blocks:
+            raise ValueError(
+                f"the run has {num_blocks} blocks but its DataFrame "
+                f"{self._frame_source.num_blocks} partitions"
+            )
         self.run_name = run_name
         self.num_blocks = num_blocks
         self.num_tasks = min(num_blocks, self._num_tasks or self._parallelism(num_blocks))
@@ -643,6 +683,7 @@ class ResidentTransport(Transport):
                 reconnect_seconds=self.reconnect_seconds,
                 max_body_bytes=self.max_frame_bytes,
                 max_versions=self.max_versions,
+                frame=self._frame_source,
             )
             self._selector = selectors.DefaultSelector()
             self._selector.register(self._wake_r, selectors.EVENT_READ, None)
@@ -792,8 +833,8 @@ class ResidentTransport(Transport):
             )
         else:
             spark.addTag(self._tag)
+        frame = self._tasks_frame()
         try:
-            frame = spark.range(self.num_tasks, numPartitions=self.num_tasks)
             frame.mapInArrow(_WorkerEntry(self._cfg), _OUTPUT_SCHEMA).collect()
         finally:
             try:
@@ -803,6 +844,17 @@ class ResidentTransport(Transport):
                     spark.removeTag(self._tag)
             except Exception:
                 pass
+
+    def _tasks_frame(self) -> Any:
+        """What the resident job maps over: one row per task (its id), or the DataFrame whose
+        partitions are the blocks, each row tagged with its block and, when there are more
+        blocks than tasks, coalesced (each task then holds several whole partitions)."""
+        if self._frame is None:
+            return self.spark.range(self.num_tasks, numPartitions=self.num_tasks)
+        from pyspark.sql.functions import spark_partition_id
+
+        tagged = self._frame.select(spark_partition_id().alias(_BLOCK_COLUMN), "*")
+        return tagged.coalesce(self.num_tasks) if self.num_tasks < self.num_blocks else tagged
 
     def _cancel_job(self) -> None:
         """Cancel the resident job, on a classic session (job tag) or a Connect one."""

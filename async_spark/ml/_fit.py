@@ -1,29 +1,26 @@
-"""From a DataFrame to a trained linear model: checks, staging, training, original-scale weights.
+"""From a DataFrame to a trained linear model: checks, the rows as blocks, training,
+original-scale weights.
 
 How the rows reach the engine
 -----------------------------
 The engine's tasks read *blocks* that stay decoded in the Python workers
 (:mod:`async_spark.data.blocks`), so ``fit`` does not ship rows through the JVM on every update.
-It writes the two columns it needs once, with Spark, as Parquet into a fresh folder under
-``stagingDir`` (``df.select(features, label).write.parquet``: distributed, no collect), then opens
-that folder with :func:`~async_spark.data.dataset.open_dataset` (``format="parquet"``, which
-decodes Spark ML vectors from the Arrow buffers), trains, and deletes the folder.
 
-Limits of that choice:
-
-- ``stagingDir`` must be the same directory for the driver and every executor: true in local mode
-  and ``local-cluster``; on a real cluster it must be a shared mount (NFS, a cluster volume). The
-  row count read back is compared with the DataFrame's, so a non-shared directory (each executor
-  writing to its own disk) fails with a clear error rather than training on a subset.
-- :func:`open_dataset` scans every block once **on the driver** (label values, sizes, row norms,
-  and the column moments for ``standardization``): one full read of the staged data by one
-  process. Fine up to a few GB; beyond that the scan dominates the fit.
-- The staged copy costs disk space of the size of the feature column (Snappy-compressed).
-
-On a Spark Connect session the same holds: the Connect server writes the staged folder and this
-client process (the driver of the run, where the resident transport's server lives) scans it, so
-``stagingDir`` must be visible under the same path to the client, the server and the executors (a
-local Connect server, or a shared mount).
+- **The resident transport (the default): the DataFrame's own partitions.** ``fit`` selects the
+  two columns, repartitions them into ``numPartitions`` partitions and caches them
+  (:func:`~async_spark.data.frame.open_frame`); one Spark job describes them (sizes, labels,
+  row norms and the column moments, per partition, merged on the driver; a second one measures
+  the standardized rows), and the run's resident job is a ``mapInArrow`` over the same frame:
+  each task decodes its partition once and holds it while it serves updates. Nothing is staged,
+  no row reaches the driver (or a Spark Connect client), and no directory must be shared.
+- **The job transport** (``transport="jobs"``: one Spark job per task, whose tasks open their
+  blocks from files) writes the two columns once as Parquet into a fresh folder under
+  ``stagingDir`` (distributed, no collect), opens it with
+  :func:`~async_spark.data.dataset.open_dataset`, trains, and deletes it. ``stagingDir`` must then
+  be the same directory for the driver and every executor (local mode, ``local-cluster`` or a
+  shared mount); the row count read back is compared with the DataFrame's, so a non-shared
+  directory fails with a clear error rather than training on a subset, and the driver scans the
+  staged copy once.
 """
 
 from __future__ import annotations
@@ -33,15 +30,17 @@ import os
 import shutil
 import tempfile
 import warnings
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from async_spark.data.arrays import default_staging_dir
-from async_spark.data.blocks import private_directory
+from async_spark.data.blocks import BlockSource, DatasetDescriptor, private_directory
 from async_spark.data.dataset import open_dataset
 from async_spark.data.errors import DataError
+from async_spark.data.frame import open_frame, release
 from async_spark.data.transform import MAX_CLASSES
 from async_spark.engine.connect import default_parallelism, is_connect
 from async_spark.engine.session import check_executors
@@ -183,6 +182,71 @@ def _staging_root(params: _AsyncLinearParams) -> str:
     return os.path.abspath(root)
 
 
+def _two_columns(params: _AsyncLinearParams, dataset: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    return dataset.select(
+        F.col(params.getFeaturesCol()).alias("features"),
+        F.col(params.getLabelCol()).cast("double").alias("label"),
+    )
+
+
+def _open_partitions(
+    params: _AsyncLinearParams, dataset: Any, P: int, dense: bool | None, cleanup: ExitStack
+) -> tuple[BlockSource, DatasetDescriptor, str]:
+    """The DataFrame's own partitions as the blocks (the resident transport): repartitioned to
+    P and cached, described by one Spark job (two when standardizing), each resident task
+    decoding its partition; nothing is staged and no row reaches the driver."""
+    source, desc = open_frame(
+        _two_columns(params, dataset),
+        partitions=P,
+        standardize=True,  # always scaled; the penalty follows standardization
+        loss=None,
+        dense=dense,
+    )
+    cleanup.callback(release, source)
+    return source, desc, f"DataFrame ({P} partitions)"
+
+
+def _open_staged(
+    params: _AsyncLinearParams,
+    dataset: Any,
+    P: int,
+    dense: bool | None,
+    d: int,
+    cleanup: ExitStack,
+) -> tuple[BlockSource, DatasetDescriptor, str]:
+    """The two columns written once as Parquet under ``stagingDir`` (the job transport, whose
+    one-off tasks open their blocks from files), then opened as a Parquet dataset."""
+    root = _staging_root(params)
+    if not params.getStagingDir() and not os.environ.get("ASYNC_SPARK_STAGING_DIR"):
+        # the default under the shared temporary folder: this user's alone (as for arrays)
+        private_directory(root, "staging directory", env="ASYNC_SPARK_STAGING_DIR")
+    os.makedirs(root, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix="fit-", dir=root)
+    cleanup.callback(shutil.rmtree, tmp, ignore_errors=True)
+    path = os.path.join(tmp, "data")
+    spark = dataset.sparkSession
+    sc = None if is_connect(spark) else spark.sparkContext  # Connect has no SparkContext
+    if sc is not None:
+        sc.setJobDescription("async_spark.ml: stage the features and labels as Parquet")
+    try:
+        _two_columns(params, dataset).write.parquet("file://" + path)
+    finally:
+        if sc is not None:
+            sc.setJobDescription(None)
+    source, desc = open_dataset(
+        path,
+        P,
+        format="parquet",
+        standardize=True,  # always scaled; the penalty follows standardization
+        loss=None,
+        dense=dense,
+        num_features=d,
+    )
+    return source, desc, path
+
+
 def _train_config(params: _AsyncLinearParams, loss: str, partitions: int, data: str) -> TrainConfig:
     return TrainConfig(
         data=data, format="parquet", loss=loss, partitions=partitions, **params._train_fields()
@@ -291,69 +355,43 @@ def _fit_staged(
     # Before any Python task: executors without the project fail here, in seconds, with the fix
     # (once per session: a CrossValidator's fits and a notebook's refits do not pay it again).
     check_executors(spark)
-    features, label = params.getFeaturesCol(), params.getLabelCol()
+    _staging_root(params)  # the Param is checked whichever transport stages (or not)
     n, d = stats.n, stats.d
     P = params.getNumPartitions() or default_parallelism(spark)
     P = max(1, min(P, n))
     dense = None
     if d <= _DENSE_MAX_FEATURES and stats.nnz >= _DENSE_MIN_DENSITY * n * d:
         dense = True  # dense blocks; standardization then also centers (better conditioning)
-
-    root = _staging_root(params)
-    if not params.getStagingDir() and not os.environ.get("ASYNC_SPARK_STAGING_DIR"):
-        # the default under the shared temporary folder: this user's alone (as for arrays)
-        private_directory(root, "staging directory", env="ASYNC_SPARK_STAGING_DIR")
-    os.makedirs(root, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix="fit-", dir=root)
-    path = os.path.join(tmp, "data")
-    try:
-        from pyspark.sql import functions as F
-
-        sc = None if is_connect(spark) else spark.sparkContext  # Connect has no SparkContext
-        if sc is not None:
-            sc.setJobDescription(f"async_spark.ml: stage {features!r}, {label!r} as Parquet")
+    with ExitStack() as cleanup:
         try:
-            dataset.select(
-                F.col(features).alias("features"), F.col(label).cast("double").alias("label")
-            ).write.parquet("file://" + path)
-        finally:
-            if sc is not None:
-                sc.setJobDescription(None)
-        source, desc = open_dataset(
-            path,
-            P,
-            format="parquet",
-            standardize=True,  # always scaled; the penalty follows standardization
-            loss=None,
-            dense=dense,
-            num_features=d,
-        )
-        if desc.n != n:
-            raise DataError(
-                f"stagingDir {root!r}: read back {desc.n} of the DataFrame's {n} rows; the "
-                "staging directory must be visible under the same path to the driver and every "
-                "executor (local mode, local-cluster or a shared mount); set stagingDir"
-            )
-        if loss == "softmax":
-            assert num_classes is not None
-            desc = dataclasses.replace(
-                desc, num_classes=num_classes, classes=tuple(float(k) for k in range(num_classes))
-            )
-        config = _train_config(params, loss, P, path)
-        try:
-            result = train_linear(config, spark=spark, dataset=(source, desc))
-        except ConfigError as exc:  # our own checks come first; say it in the Params' names
-            raise ParamValueError(f"invalid Params: {exc.render(_param_name)}") from None
-        except FloatingPointError as exc:
-            raise FloatingPointError(
-                str(exc).replace("--step", "stepSize") + " (or set stepSize=0.0 for auto)"
-            ) from None
-    except DataError as exc:  # a data error that names an option: in the Params' names
-        if exc.option is None:
-            raise
-        raise DataError(exc.render(_param_name)) from None
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+            if params.getTransport() == "resident":
+                source, desc, data = _open_partitions(params, dataset, P, dense, cleanup)
+            else:
+                source, desc, data = _open_staged(params, dataset, P, dense, d, cleanup)
+            if desc.n != n:
+                raise DataError(
+                    f"stagingDir {_staging_root(params)!r}: read back {desc.n} of the "
+                    f"DataFrame's {n} rows; the staging directory must be visible under the same "
+                    "path to the driver and every executor (local mode, local-cluster or a "
+                    "shared mount); set stagingDir"
+                )
+            if loss == "softmax":
+                assert num_classes is not None
+                classes = tuple(float(k) for k in range(num_classes))
+                desc = dataclasses.replace(desc, num_classes=num_classes, classes=classes)
+            config = _train_config(params, loss, P, data)
+            try:
+                result = train_linear(config, spark=spark, dataset=(source, desc))
+            except ConfigError as exc:  # our own checks come first; say it in the Params' names
+                raise ParamValueError(f"invalid Params: {exc.render(_param_name)}") from None
+            except FloatingPointError as exc:
+                raise FloatingPointError(
+                    str(exc).replace("--step", "stepSize") + " (or set stepSize=0.0 for auto)"
+                ) from None
+        except DataError as exc:  # a data error that names an option: in the Params' names
+            if exc.option is None:
+                raise
+            raise DataError(exc.render(_param_name)) from None
 
     try:
         W, b = original_scale(result.model, result.theta, source)

@@ -20,7 +20,10 @@ def gram_max_eigenvalue(
     seed: int = 0,
 ) -> float:
     r""":math:`\lambda_{\max}(\tilde X^T\tilde X/n)` with :math:`\tilde x_i = (x_i, 1)`, by power
-    iteration over the blocks (each block read from this process's cache)."""
+    iteration over the blocks (each block read from this process's cache), unless the source
+    measured it where its rows live (``desc.gram_max``: a DataFrame's partitions)."""
+    if desc.gram_max is not None:
+        return desc.gram_max[1 if intercept else 0]
     d = desc.d + (1 if intercept else 0)
     v = np.random.default_rng(seed).standard_normal(d)
     v /= np.linalg.norm(v)

@@ -5,7 +5,8 @@ loss of every snapshot on its cached block), in the scheduler pool ``eval``, aft
 a side thread; so measuring never slows the run it measures. Without Spark the same code runs
 in-process. On a Spark Connect session (no SparkContext, no broadcast) the job is a ``mapInArrow``
 over ``spark.range(P, numPartitions=P)``, the snapshots travelling in its closure (in chunks of at
-most 16 MiB).
+most 16 MiB). When the blocks are a DataFrame's partitions (:mod:`async_spark.data.frame`), the
+job is a ``mapInArrow`` over that DataFrame, each task reading its own partition.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from async_spark.data.blocks import BlockSource
+from async_spark.data.frame import frame_loss_sums, frame_of
 from async_spark.models.linear import LinearModel, regularizer
 
 from .worker import snapshot_losses
@@ -78,7 +80,9 @@ class Evaluator:
 
     def _loss_sums(self, thetas: np.ndarray) -> np.ndarray:
         source, model = self.source, self.model
-        if self.spark is not None:
+        if frame_of(source) is not None:  # a DataFrame's partitions: read where they live
+            parts = frame_loss_sums(source, model, thetas)
+        elif self.spark is not None:
             parts = self._connect_loss_sums(thetas)
         elif self.sc is None:
             parts = list(snapshot_losses(source, model, thetas, range(source.num_blocks)))

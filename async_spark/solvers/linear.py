@@ -54,6 +54,7 @@ from .loop import Current, Limits, LoopEnd, Messages, run_updates
 from .methods import Dispatch, Method, Problem, Setup, StepChoice, method
 from .recording import Recorder, RunRecord
 from .safeguard import StepSafeguard
+from .validation import ConfigError
 from .worker import LinearTask, TaskArgs
 
 __all__ = ["TrainResult", "train_linear", "build_model"]
@@ -187,13 +188,22 @@ def _job_transport(spark: Any, config: TrainConfig) -> Transport:
     return SparkTransport(spark.sparkContext, pool="async", publisher=config.publisher)
 
 
-def _transport(spark: Any, config: TrainConfig) -> Transport:
+def _transport(spark: Any, config: TrainConfig, source: Any) -> Transport:
+    from async_spark.data.frame import frame_of
+
+    on_frame = frame_of(source) is not None  # the blocks are a DataFrame's partitions
+    if on_frame and (spark is None or config.transport != "resident"):
+        raise ConfigError(
+            "transport",
+            "training on a DataFrame's own partitions needs the resident transport on its "
+            "session (each partition is read by its resident task)",
+        )
     if spark is None:
         return LocalTransport()
     if config.transport == "resident":
         from async_spark.engine.resident import ResidentTransport
 
-        return ResidentTransport(spark)
+        return ResidentTransport(spark, source=source)
     return _job_transport(spark, config)
 
 
@@ -207,8 +217,8 @@ def _start(engine: Any, rebuild: Any, spark: Any, config: TrainConfig) -> Any:
         from async_spark.engine.resident import ResidentTransport
 
         transport = getattr(engine, "transport", None)
-        if not isinstance(transport, ResidentTransport) or transport.connect:
-            raise  # on Spark Connect there is no job transport to fall back to
+        if not isinstance(transport, ResidentTransport) or transport.connect or transport.on_frame:
+            raise  # no job transport to fall back to on Spark Connect, nor for a DataFrame
         engine.close()
         reason = " ".join(str(exc).split())[:300]
         log.warning("resident transport could not start (%s); using --transport jobs", reason)
@@ -511,7 +521,7 @@ def train_linear(
     )
     chosen = None
     if engine_factory is None:
-        chosen = transport if transport is not None else _transport(spark, config)
+        chosen = transport if transport is not None else _transport(spark, config, source)
     engine = task_args.engine = make_engine(chosen)
     recorder = _recorder(config, evaluator, current.theta, resume, engine.elapsed())
     updates = 0 if resume is None else resume.updates
