@@ -465,7 +465,7 @@ def train_linear(
     *,
     spark: Any = None,
     transport: Transport | None = None,
-    dataset: tuple[BlockSource, DatasetDescriptor] | None = None,
+    dataset: tuple[BlockSource, DatasetDescriptor] | Any = None,
     engine_factory: Any = None,
     resume: Checkpoint | None = None,
     stop: threading.Event | None = None,
@@ -480,24 +480,24 @@ def train_linear(
         Where tasks run; None runs them in threads of this process (small data, tests).
     transport : Transport, optional
         Overrides the transport built from ``spark``.
-    dataset : (BlockSource, DatasetDescriptor), optional
-        An already opened dataset (skips :func:`open_dataset`).
+    dataset : (BlockSource, DatasetDescriptor) or DataFrame, optional
+        An opened dataset (skips :func:`open_dataset`), or a DataFrame (``features``, ``label``)
+        whose own partitions are the blocks (:func:`~async_spark.data.frame.open_frame`).
     engine_factory : callable, optional
-        ``engine_factory(task_fn, **engine_options)`` returning an object with the interface of
-        :class:`~async_spark.engine.AsyncEngine` (e.g. a virtual-time emulator); the default
-        builds an ``AsyncEngine`` on ``transport``. The loop reads time from
-        ``engine.elapsed()``, so an emulator's virtual clock drives the trace.
+        ``engine_factory(task_fn, **engine_options)``: an object with the interface of
+        :class:`~async_spark.engine.AsyncEngine` (e.g. a virtual-time emulator, whose clock
+        ``engine.elapsed()`` then drives the trace); default: an ``AsyncEngine`` on ``transport``.
     resume : Checkpoint, optional
         Continue the run saved in this checkpoint (see :mod:`.checkpoint`).
     stop : threading.Event, optional
-        Set it (e.g. from a signal handler) to end the run cleanly after the current update:
-        in-flight tasks are cancelled, a final checkpoint is written, ``stopped_by`` is
-        ``"interrupted"``.
+        Set it (e.g. from a signal handler) to end the run after the current update: tasks in
+        flight cancelled, a final checkpoint written, ``stopped_by`` ``"interrupted"``.
     progress : bool, optional
-        A progress bar (tqdm; a widget in a notebook) on stderr; default: unless
-        ``config.quiet``.
+        A progress bar (tqdm; a notebook widget) on stderr; default: unless ``config.quiet``.
     """
     called = time.perf_counter()  # setup_seconds: the user's call to the engine's start
+    if dataset is not None and not isinstance(dataset, tuple):  # a DataFrame's partitions
+        return _train_on_frame(config, dataset, spark, transport, resume, stop, progress)
     # Setup, once: validate -> step size -> rule.
     stragglers = config.validate().straggler_model()  # parsed once, by validate
     if dataset is not None and config.partitions is None:
@@ -558,6 +558,40 @@ def train_linear(
     return _result(
         config, problem, row, step, model, end, record, engine.snapshot(), safeguard, setup_seconds
     )
+
+
+def _train_on_frame(
+    config: TrainConfig,
+    df: Any,
+    spark: Any,
+    transport: Transport | None,
+    resume: Checkpoint | None,
+    stop: threading.Event | None,
+    progress: bool | None,
+) -> TrainResult:
+    """:func:`train_linear` on ``df``'s own partitions (``config.partitions`` of them, default
+    the session's parallelism), released (unpersisted) when the run ends."""
+    from async_spark.data.frame import open_frame, release
+
+    if spark is None:
+        raise ConfigError("transport", "a DataFrame trains on its session: give spark=")
+    config = config.validate().for_session(spark)
+    assert config.partitions is not None
+    source, desc = open_frame(
+        df, partitions=config.partitions, standardize=config.standardize, loss=config.loss
+    )
+    try:
+        return train_linear(
+            config,
+            spark=spark,
+            transport=transport,
+            dataset=(source, desc),
+            resume=resume,
+            stop=stop,
+            progress=progress,
+        )
+    finally:
+        release(source)
 
 
 def _result(

@@ -123,3 +123,33 @@ def test_executors_that_cannot_reach_the_client_fail_in_bounded_time_leaving_no_
     # nothing is left running on the server: the resident job was interrupted by its tag
     spark_ui.wait_idle(10)
     assert len(spark_ui.jobs("failed")) > failed_before  # it had started, and was stopped
+
+
+def test_a_dataframe_from_spark_read_trains_on_its_own_partitions(connect, tmp_path):
+    """On Connect the data can be opened by Spark (spark.read), never by this client: the
+    frame's partitions are the blocks, described and read on the executors. A full-gradient
+    synchronous run equals the in-process run on the same file (other blocks, the same rows)."""
+    from sklearn.datasets import dump_svmlight_file, load_breast_cancer
+
+    X, y = load_breast_cancer(return_X_y=True)
+    path = tmp_path / "cancer.svm"
+    dump_svmlight_file(X, y, str(path), zero_based=False)
+    df = connect.read.format("libsvm").option("numFeatures", 30).load(str(path))
+    cfg = TrainConfig(
+        method="sgd",
+        partitions=3,
+        step=0.5,
+        batch_fraction=1.0,
+        l2=1e-2,
+        max_updates=20,
+        step_safeguard=False,  # its windows are per block: other blocks, other decisions
+        quiet=True,
+        eval_every=1e-3,
+    )
+    run = train_linear(cfg, spark=connect, dataset=df)
+    ref = train_linear(cfg, dataset=open_dataset(str(path), 3, standardize=True, loss="logistic"))
+    assert run.updates == ref.updates == 20
+    np.testing.assert_allclose(run.theta, ref.theta, rtol=1e-10, atol=1e-13)
+    assert run.summary()["final_objective"] == pytest.approx(
+        ref.summary()["final_objective"], rel=1e-12
+    )
