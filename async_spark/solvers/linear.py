@@ -280,6 +280,7 @@ def _step_and_rule(
         search=config.step == "auto" and family.step_search,  # an explicit --step: lowered only
         decay=decay,
         pool_rows=float(desc.n),  # a pooled estimate samples as many rows as the data has
+        block_rows=desc.rows_per_block,  # estimates stratified by block
         log_level=logging.INFO if config.quiet else logging.WARNING,
     )
     return step, rule, safeguard

@@ -156,7 +156,9 @@ def run_updates(
         payload, losses = result.payload
         result = dataclasses.replace(result, payload=payload)
         if safeguard is not None:
-            rebuilt = safeguard.observe(losses, current.theta, updates, engine.elapsed())
+            rebuilt = safeguard.observe(
+                losses, current.theta, updates, engine.elapsed(), result.block
+            )
             if rebuilt is not None:  # the step changed
                 current.rule = rebuilt
                 guard.gamma = safeguard.gamma

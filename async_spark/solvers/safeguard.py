@@ -82,11 +82,18 @@ class WindowEstimate:
     stderr: float
 
     @staticmethod
-    def of(stats: np.ndarray, penalty: float) -> WindowEstimate:
-        total, squares, count = (float(v) for v in stats)
+    def of(stats: np.ndarray, penalty: float, weights: np.ndarray | None = None) -> WindowEstimate:
+        """From ``[loss sum, sum of squares, rows]`` per stratum (one row per block, or a single
+        row): the stratified mean — each block's mean sampled loss weighted by its share of the
+        rows, over the blocks that reported — and its standard error."""
+        stats = np.atleast_2d(np.asarray(stats, dtype=np.float64))
+        present = stats[:, 2] > 0
+        w = np.ones(len(stats)) if weights is None else np.asarray(weights, dtype=np.float64)
+        w = w[present] / w[present].sum()
+        total, squares, count = stats[present].T
         mean = total / count
-        var = max(squares / count - mean * mean, 0.0)
-        return WindowEstimate(mean + penalty, math.sqrt(var / count))
+        var = np.maximum(squares / count - mean * mean, 0.0)
+        return WindowEstimate(float(w @ mean) + penalty, math.sqrt(float(w * w @ (var / count))))
 
     def fell_below(self, best: WindowEstimate, z: float) -> bool:
         return best.value - self.value > z * math.hypot(self.stderr, best.stderr)
@@ -138,13 +145,16 @@ class StepSafeguard:
     max_pool: int = 4  # x patience: the most windows the search pools before it calls a stall
     pool_rows: float = 0.0  # and the fewest sampled rows a pooled estimate takes (the run: N)
     log_level: int = logging.WARNING  # of the line each change logs (INFO for quiet runs)
+    #: rows of each block: the strata of every estimate (see :meth:`observe`); () one stratum
+    block_rows: tuple[int, ...] = ()
+    wait: int = 8  # x window: the most results a window waits for a block that has not reported
     changes: list[dict[str, Any]] = field(default_factory=list)
-    _stats: np.ndarray = field(default_factory=lambda: np.zeros(3))
+    _stats: np.ndarray = field(init=False, repr=False)
     _seen: int = 0
     _skip: int = 0
     # the pooled test: its windows' stats, their number, its reference estimate, and the most
     # windows it may take before it calls a stall or a plateau
-    _pool: np.ndarray = field(default_factory=lambda: np.zeros(3), init=False)
+    _pool: np.ndarray = field(init=False, repr=False)
     _pooled: int = field(default=0, init=False)
     _before: WindowEstimate | None = field(default=None, init=False)
     _limit: int = field(default=0, init=False)
@@ -163,22 +173,47 @@ class StepSafeguard:
             raise ValueError(f"patience must be an integer >= 1, got {self.patience!r}")
         self._recent = deque(maxlen=self.recent)
         self._limit = self.max_pool * self.patience
+        self._weights = np.asarray(self.block_rows or (1,), dtype=np.float64)
+        if self._weights.min() <= 0:
+            raise ValueError(f"block_rows must be positive row counts, got {self.block_rows!r}")
+        self._stats = self._zeros()
+        self._pool = self._zeros()
 
-    def observe(self, stats: Any, theta: np.ndarray, update: int, seconds: float) -> Any | None:
-        """Count one result's ``[loss sum, sum of squares, rows]``; returns the rebuilt rule
-        when the step changed, else None."""
+    def _zeros(self) -> np.ndarray:
+        return np.zeros((len(self._weights), 3))
+
+    def _complete(self, stats: np.ndarray) -> bool:
+        return bool(np.all(stats[:, 2] > 0))
+
+    def _estimate(self, stats: np.ndarray, theta: np.ndarray) -> WindowEstimate:
+        return WindowEstimate.of(stats, self.penalty(theta), self._weights)
+
+    def observe(
+        self, stats: Any, theta: np.ndarray, update: int, seconds: float, block: int = 0
+    ) -> Any | None:
+        """Count one result's ``[loss sum, sum of squares, rows]`` from ``block``; returns the
+        rebuilt rule when the step changed, else None.
+
+        Every estimate is stratified by block: asynchronous results arrive in proportion to the
+        blocks' speeds, not their sizes, and a straggler's rows would all but vanish from a plain
+        mean of the sampled losses, which then falls as the run fits the fast blocks while the
+        objective rises. So a window closes once it holds ``window`` results *and* every block
+        has reported (or after ``wait`` times that, over the blocks that did), and the pooled
+        test decides only on pools every block is part of."""
         if self._skip > 0:
             self._skip -= 1
             return None
-        self._stats += np.asarray(stats, dtype=np.float64)
+        self._stats[block if len(self._weights) > 1 else 0] += np.asarray(stats, dtype=np.float64)
         self._seen += 1
         if self._seen < self.window:
             return None
-        if self._stats[2] <= 0:  # empty samples: no estimate
+        if not self._complete(self._stats) and self._seen < self.wait * self.window:
+            return None  # a block has not reported yet: the window waits for it
+        if not np.any(self._stats[:, 2] > 0):  # empty samples: no estimate
             self._reset()
             return None
         window = self._stats
-        now = WindowEstimate.of(window, self.penalty(theta))
+        now = self._estimate(window, theta)
         self._reset()
         best = min(self._recent, key=lambda e: e.value, default=None)
         self._recent.append(now)
@@ -198,13 +233,15 @@ class StepSafeguard:
         window's sampled losses are too noisy to tell a faster fall from noise."""
         self._pool = self._pool + window
         self._pooled += 1
-        if self._pooled < self.patience or self._pool[2] < self.pool_rows:
+        if self._pooled < self.patience or self._pool[:, 2].sum() < self.pool_rows:
             return None
-        pooled = WindowEstimate.of(self._pool, self.penalty(theta))
+        if not self._complete(self._pool) and self._pooled < self._limit:
+            return None  # a block missing from the pool: no decision on the others alone
+        pooled = self._estimate(self._pool, theta)
         before = self._before
         if before is None or pooled.fell_below(before, self.z_fall):
             # a reference, or progress at this step: the next estimate starts afresh
-            self._before, self._pool, self._pooled = pooled, np.zeros(3), 0
+            self._before, self._pool, self._pooled = pooled, self._zeros(), 0
             if before is None or not self.search:
                 return None
             if self._raises() >= self.max_raises:
@@ -212,9 +249,9 @@ class StepSafeguard:
                 return None
             return self._change(self.gamma * self.grow, "raised", update, seconds, pooled, before)
         limit_rows = self._limit / self.patience * self.pool_rows
-        if self._pooled < self._limit or self._pool[2] < limit_rows:
+        if self._pooled < self._limit or self._pool[:, 2].sum() < limit_rows:
             return None  # not clear yet: pool more windows (a sequential test)
-        self._before, self._pool, self._pooled = pooled, np.zeros(3), 0
+        self._before, self._pool, self._pooled = pooled, self._zeros(), 0
         if self.search:
             # no clear progress at this step: the search ends, back to the step before the last
             # raise (a plateau above the optimum is what a SAGA step slightly too large looks like)
@@ -281,7 +318,7 @@ class StepSafeguard:
             log.info("step %s from %.3g to %.3g at update %d", kind, self.gamma, gamma, update)
         self.gamma = gamma
         self._recent.clear()
-        self._pool, self._pooled = np.zeros(3), 0
+        self._pool, self._pooled = self._zeros(), 0
         if why == "rose":  # the windows before a rise are no reference for the lowered step
             self._before = None
         self._skip = self.grace
@@ -298,8 +335,11 @@ class StepSafeguard:
         self.search = self.search and bool(saved.get("searching", True))
         self._limit = int(saved.get("plateau_windows", self._limit))
         pooled = saved.get("pooled_test", {})
-        self._pool = np.asarray(pooled.get("stats", [0.0, 0.0, 0.0]), dtype=np.float64)
-        self._pooled = int(pooled.get("windows", 0))
+        stats = np.asarray(pooled.get("stats", []), dtype=np.float64)
+        if stats.shape == self._pool.shape:
+            self._pool, self._pooled = stats, int(pooled.get("windows", 0))
+        else:  # a checkpoint of before the strata (one row of three): the pool starts again
+            self._pool, self._pooled = self._zeros(), 0
         ref = pooled.get("reference")
         self._before = None if ref is None else WindowEstimate(float(ref[0]), float(ref[1]))
         final = float(saved.get("final_step", self.gamma))
@@ -309,7 +349,7 @@ class StepSafeguard:
         return self.rebuild(final)
 
     def _reset(self) -> None:
-        self._stats = np.zeros(3)
+        self._stats = self._zeros()
         self._seen = 0
 
     def summary(self) -> dict[str, Any]:
@@ -318,7 +358,7 @@ class StepSafeguard:
             "searching": self.search,
             "plateau_windows": self._limit,
             "pooled_test": {
-                "stats": [float(v) for v in self._pool],
+                "stats": self._pool.tolist(),
                 "windows": self._pooled,
                 "reference": None
                 if self._before is None

@@ -331,3 +331,56 @@ def test_a_resumed_run_keeps_the_lowered_step(tmp_path):
         resumed.step_safeguard["changes"][: len(first.step_safeguard["changes"])]
         == (first.step_safeguard["changes"])
     )
+
+
+def _straggling_run(guard, rng, results=3000, every=10, spread=0.2):
+    """Two equal blocks: block 0 answers ``every - 1`` times for each answer of block 1 (a
+    straggler). The run fits block 0 (its sampled losses fall) while block 1's rise more, so the
+    objective, their mean, rises."""
+    for k in range(results):
+        block = 1 if k % every == every - 1 else 0
+        t = k / results
+        mean = 1.0 - 0.5 * t if block == 0 else 1.0 + 1.5 * t
+        stats = loss_stats(rng.normal(mean, spread, 50))
+        guard.observe(stats, np.zeros(1), k, 0.0, block)
+    return [(c["kind"], c["why"]) for c in guard.changes]
+
+
+def test_estimates_are_stratified_by_block_so_a_straggler_does_not_vanish():
+    """Asynchronous results arrive in proportion to speed, not size. Stratified, the safeguard
+    sees the objective's slow rise as it is: no raise, no false alarm. Pooled over results (one
+    stratum: what it did before), a window's estimate depends on whether the straggler's one
+    result fell in it, and the step is thrown about (here: lowered again and again)."""
+    rng = np.random.default_rng(5)
+    stratified, _ = _guard(search=True, block_rows=(500, 500), pool_rows=100.0)
+    assert _straggling_run(stratified, rng) == []  # a slow rise: no raise (nor a lowering)
+    pooled, _ = _guard(search=True, pool_rows=100.0)  # every result in one stratum
+    assert len(_straggling_run(pooled, np.random.default_rng(5))) >= 5
+    # less noisy losses: the stratified rise is clear enough to lower the step
+    sharp, _ = _guard(search=True, block_rows=(500, 500), pool_rows=100.0)
+    kinds = _straggling_run(sharp, np.random.default_rng(6), results=600, spread=0.02)
+    assert ("lowered", "rose") in kinds and ("raised", "fell") not in kinds
+
+
+def test_a_window_waits_for_every_block_but_not_forever():
+    guard, _ = _guard(block_rows=(10, 10, 10), wait=3)
+    rng = np.random.default_rng(0)
+    for k in range(4 * 3 - 1):  # blocks 0 and 1 only: the window waits (4 results x wait 3)
+        guard.observe(loss_stats(rng.normal(1.0, 0.1, 20)), np.zeros(1), k, 0.0, k % 2)
+        assert len(guard._recent) == 0
+    guard.observe(loss_stats(rng.normal(1.0, 0.1, 20)), np.zeros(1), 11, 0.0, 0)
+    assert len(guard._recent) == 1  # closed over the blocks that reported
+    for k, block in enumerate((0, 1, 0, 2)):  # every block within the window: closes at once
+        guard.observe(loss_stats(rng.normal(1.0, 0.1, 20)), np.zeros(1), 12 + k, 0.0, block)
+    assert len(guard._recent) == 2
+
+
+def test_the_stratified_estimate_weighs_blocks_by_their_rows():
+    from async_spark.solvers.safeguard import WindowEstimate
+
+    stats = np.array([[10.0, 110.0, 10], [0.0, 0.0, 0], [90.0, 8200.0, 90]])  # block 1 absent
+    est = WindowEstimate.of(stats, 0.5, np.array([1.0, 5.0, 3.0]))
+    # block means 1.0 and 1.0 weighted 1:3 over the present blocks, plus the penalty
+    assert est.value == pytest.approx(1.0 + 0.5)
+    var0, var2 = 11.0 - 1.0, 8200.0 / 90 - 1.0
+    assert est.stderr == pytest.approx(np.sqrt((0.25**2) * var0 / 10 + (0.75**2) * var2 / 90))
