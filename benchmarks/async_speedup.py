@@ -34,6 +34,7 @@ Last line: ``RESULT asaga_speedup_cloud <x>`` (P = the first of --partitions).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -124,15 +125,15 @@ def run_pair(
 ):
     out = {}
     for method in (sync, PAIRS[sync]):
-        cfg = TrainConfig(
+        cfg = dataclasses.replace(
+            base,
             **{
-                **base.__dict__,
                 "method": method,
                 "stragglers": stragglers,
                 "straggler_base": straggler_base,
                 "time_budget": budget,
                 "eval_every": budget / snapshots,
-            }
+            },
         )
         out[method] = train_linear(cfg, spark=spark, dataset=dataset)
     return out
@@ -200,7 +201,7 @@ def main(argv: list[str] | None = None) -> float:
                 seed=0,
             )
             for sync in methods:
-                cal_cfg = TrainConfig(**{**base.__dict__, "method": sync})
+                cal_cfg = dataclasses.replace(base, **{"method": sync})
                 task_s = dedicated_core_task_seconds(
                     spark.sparkContext, *dataset, cal_cfg, tasks=calibration_tasks
                 )

@@ -21,6 +21,7 @@ Last line: ``RESULT emulator_validation_max_error <fraction>`` (largest |predict
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> float:
         real: dict[str, Any] = {}
         try:
             # Every block into the workers' caches first (a block's first task loads it).
-            warm = TrainConfig(**{**base.__dict__, "method": "asgd", "stragglers": "none"})
+            warm = dataclasses.replace(base, **{"method": "asgd", "stragglers": "none"})
             warm.time_budget, warm.max_updates = None, 4 * P
             train_linear(warm.validate(), spark=spark, dataset=dataset)
             cost = calibrate(  # on the transport the real runs use
@@ -112,7 +113,7 @@ def main(argv: list[str] | None = None) -> float:
             nnz_task = args.batch_fraction * (desc.nnz or 0) / P
             task_s = cost.expected_task_seconds(nnz_task, model_bytes, model_bytes)
             for method in methods:
-                cfg = TrainConfig(**{**base.__dict__, "method": method, "straggler_base": task_s})
+                cfg = dataclasses.replace(base, **{"method": method, "straggler_base": task_s})
                 real[method] = train_linear(cfg, spark=spark, dataset=dataset)
         finally:
             spark.stop()
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> float:
         )
         emu: dict[str, Any] = {}
         for method in methods:
-            cfg = TrainConfig(**{**base.__dict__, "method": method, "straggler_base": task_s})
+            cfg = dataclasses.replace(base, **{"method": method, "straggler_base": task_s})
             emu[method] = train_linear(
                 cfg, dataset=dataset, engine_factory=virtual_engine_factory(emu_cost)
             )

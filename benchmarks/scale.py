@@ -30,6 +30,7 @@ model (:data:`SMOKE_COST`, round figures, not measured) unless ``--cost-model`` 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -168,16 +169,16 @@ def run_one(
     cost: CostModel,
 ) -> Any:
     """One emulated run; None when it diverged with this step."""
-    cfg = TrainConfig(
+    cfg = dataclasses.replace(
+        base,
         **{
-            **base.__dict__,
             "method": method,
             "step": step,
             "stragglers": stragglers,
             "straggler_base": task_s,
             "time_budget": seconds,
             "eval_every": seconds / evals,
-        }
+        },
     )
     try:
         return train_linear(cfg, dataset=dataset, engine_factory=virtual_engine_factory(cost))

@@ -200,3 +200,13 @@ def test_the_exit_code_says_whether_the_check_held(
     else:
         assert "check failed" not in captured.err
     assert f"within 0.01 of F*: {holds}" in captured.out
+
+
+def test_secrets_given_with_conf_are_redacted_in_the_report():
+    from async_spark.cli.main_job import _redacted
+
+    assert _redacted("spark.authenticate.secret=hunter2") == (
+        "spark.authenticate.secret=*********(redacted)"
+    )
+    assert _redacted("spark.hadoop.fs.s3a.access.key=AKIA").endswith("(redacted)")
+    assert _redacted("spark.ui.enabled=false") == "spark.ui.enabled=false"

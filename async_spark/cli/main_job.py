@@ -35,6 +35,7 @@ fails; 2 for bad options or environment.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from pathlib import Path
@@ -139,6 +140,16 @@ def _check(args: argparse.Namespace) -> None:
 
 def _spec(args: argparse.Namespace, rows: int) -> str:
     return f"builtin:synthetic?n={rows}&d={args.features}&nnz={args.nnz:g}&seed={args.seed}"
+
+
+# The keys whose values a report must not show (Spark's own spark.redaction.regex default).
+_SECRET_KEY = re.compile(r"(?i)secret|password|token|access[.]?key")
+
+
+def _redacted(pair: str) -> str:
+    """A ``--conf KEY=VALUE`` as the report shows it: secrets' values replaced."""
+    key, sep, _ = pair.partition("=")
+    return f"{key}{sep}*********(redacted)" if sep and _SECRET_KEY.search(key) else pair
 
 
 def _config(args: argparse.Namespace, method: str, **over: Any) -> Any:
@@ -309,6 +320,7 @@ def run_main_job(args: argparse.Namespace) -> dict[str, Any]:
 
     base = args.straggler_base
     options = {k: v for k, v in vars(args).items() if not k.startswith("_")}
+    options["conf"] = [_redacted(pair) for pair in options.get("conf") or []]
     intro = [
         f"Logistic regression (l2 = {args.l2:g}, columns standardized) on "
         f"`{_spec(args, args.rows)}`: {desc.n} training rows, {desc.d} features, "

@@ -39,6 +39,7 @@ __all__ = [
     "cache_info",
     "clear_cache",
     "clear_host_cache",
+    "forget_blocks",
     "host_cache_dir",
     "private_directory",
     "UnsafeDirectoryError",
@@ -83,8 +84,9 @@ class DatasetDescriptor:
     #: original label value of each class index (classification losses), else None.
     classes: tuple[float, ...] | None = None
     #: lambda_max(X^T X / n) without and with the intercept column, when the source measured it
-    #: where the rows live (a DataFrame's partitions): exact up to 1024 columns, else the trace
-    #: bound; None: measured on the driver over the blocks when a step size needs it.
+    #: where the rows live (a DataFrame's partitions): exact from their Gram matrices when those
+    #: are small enough (d + 1 <= 1024 and 256 MiB in all), else the trace bound; None: measured
+    #: on the driver over the blocks when a step size needs it.
     gram_max: tuple[float, float] | None = None
 
     @property
@@ -179,6 +181,16 @@ def get_block(source: BlockSource, index: int) -> Block:
             _stats["bytes"] += size
             _evict_locked()
     return block
+
+
+def forget_blocks(dataset_prefix: str) -> int:
+    """Drop from this process's cache every block of the datasets whose id starts with
+    ``dataset_prefix`` (a DataFrame's, once the task that held it is done); how many."""
+    with _lock:
+        keys = [k for k in _cache if k[0].startswith(dataset_prefix)]
+        for k in keys:
+            _stats["bytes"] -= _cache.pop(k)[1]
+    return len(keys)
 
 
 # --- host cache ---------------------------------------------------------------------------------

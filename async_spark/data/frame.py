@@ -1,7 +1,7 @@
 """A DataFrame's own partitions as blocks: each task reads its partition where it lives.
 
-Block ``p`` of a :class:`FrameSource` is partition ``p`` of a DataFrame with a feature column (a
-Spark ML vector or a numeric array) and a numeric label. Nothing is staged and the driver (or a
+The blocks of a :class:`FrameSource` are the non-empty partitions of a DataFrame with a feature
+column (a Spark ML vector or a numeric array) and a numeric label, in partition order. Nothing is staged and the driver (or a
 Spark Connect client) never holds the rows:
 
 - :func:`open_frame` describes the frame with one ``mapInArrow`` job (a second one when
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -35,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 import scipy.sparse as sp
 
-from async_spark.data.blocks import Block, BlockSource, DatasetDescriptor
+from async_spark.data.blocks import Block, BlockSource, DatasetDescriptor, forget_blocks
 from async_spark.data.errors import DataError, rows_cannot_fill
 from async_spark.data.parquet import decode_features, decode_labels
 from async_spark.data.transform import (
@@ -54,8 +55,11 @@ __all__ = [
     "held",
     "open_frame",
     "prepare_frame",
+    "release",
     "scan_frame",
 ]
+
+log = logging.getLogger(__name__)
 
 _SCAN_SCHEMA = pa.schema(
     [
@@ -72,7 +76,8 @@ _SCAN_SCHEMA = pa.schema(
         ("error", pa.string()),
     ]
 )
-GRAM_COLUMNS = 1024  # up to this many columns a partition returns its Gram matrix (8 MiB)
+GRAM_COLUMNS = 1024  # below this many columns a partition returns its Gram matrix (< 8 MiB)
+GRAM_BYTES = 256 * 2**20  # and all partitions' Gram matrices together at most this many bytes
 _LOSSES_SCHEMA = pa.schema([("rows", pa.int64()), ("sums", pa.binary())])
 
 
@@ -87,6 +92,10 @@ class FrameSource(BlockSource):
     kind: str  # "vector" (Spark ML vectors: CSR blocks) or "array" (dense blocks)
     num_features: int
     dense: bool | None = None  # None: CSR for vectors, dense for arrays
+    #: the frame's partition of each block (a round-robin repartition of few rows can leave a
+    #: partition empty: it is no block); () while scanning
+    partitions: tuple[int, ...] = ()
+    frame_partitions: int = 0  # partitions of the prepared frame, empty ones included
 
     #: a block exists only inside the task that read its partition: never shared through disk
     host_cacheable: ClassVar[bool] = False
@@ -101,6 +110,13 @@ class FrameSource(BlockSource):
 
     def row_offset(self, index: int) -> int:
         return int(sum(self.rows_per_block[:index]))
+
+    def block_of(self, partition: int) -> int | None:
+        """The block that partition ``partition`` of the frame is, or None (an empty one)."""
+        try:
+            return self.partitions.index(int(partition))
+        except ValueError:
+            return None
 
     def load(self, index: int) -> Block:
         with _held_lock:
@@ -165,6 +181,7 @@ def held(source: FrameSource, index: int, block: Block) -> Iterator[None]:
     finally:
         with _held_lock:
             _held.pop(key, None)
+        forget_blocks(source.dataset_id)  # and what the block cache made of it (standardized)
 
 
 # --- the DataFrames behind the sources (driver side) -------------------------------------------
@@ -226,9 +243,15 @@ class _Scan:
     """``mapInArrow`` function: one statistics row per partition (see ``_SCAN_SCHEMA``)."""
 
     def __init__(
-        self, source: FrameSource, moments: bool, mean: np.ndarray | None, scale: np.ndarray | None
+        self,
+        source: FrameSource,
+        moments: bool,
+        mean: np.ndarray | None,
+        scale: np.ndarray | None,
+        gram: bool,
     ) -> None:
         self.source, self.moments, self.mean, self.scale = source, moments, mean, scale
+        self.gram = gram
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -257,7 +280,7 @@ class _Scan:
             "max_row_norm_sq": float(norms.max()) if rows else 0.0,
             "row_norm_sq_sum": float(norms.sum()),
         }
-        if width + 1 <= GRAM_COLUMNS:
+        if self.gram and width + 1 <= GRAM_COLUMNS:
             out["gram"] = _augmented_gram(X).tobytes()
         labels = np.unique(y)
         out["labels"] = labels.tobytes() if labels.size <= MAX_DISTINCT_LABELS else None
@@ -317,11 +340,13 @@ def scan_frame(
     moments: bool = False,
     mean: np.ndarray | None = None,
     scale: np.ndarray | None = None,
+    gram: bool = False,
 ) -> ScanResult:
     """One job over the partitions: their statistics, merged in partition order (rows as the
-    standardized ones when ``scale`` is given). Raises the first partition's DataError."""
+    standardized ones when ``scale`` is given; with ``gram``, their Gram matrices summed).
+    Raises the first partition's DataError."""
     rows = sorted(
-        _collect(frame, _Scan(source, moments, mean, scale), _SCAN_SCHEMA),
+        _collect(frame, _Scan(source, moments, mean, scale, gram), _SCAN_SCHEMA),
         key=lambda r: r["partition"],
     )
     for r in rows:
@@ -335,12 +360,14 @@ def scan_frame(
         )
     res = ScanResult()
     res.sparse = source.sparse
-    grams_complete = all(r["gram"] is not None for r in rows)
+    grams_complete = all(r["gram"] is not None for r in rows if r["rows"])
     for r in rows:
+        if not r["rows"]:
+            continue  # an empty partition is no block
         res.rows_per_block.append(int(r["rows"]))
-        if r["rows"]:
-            res.widths.add(int(r["width"]))
-            res.width = max(res.width, int(r["width"]))
+        res.partitions.append(int(r["partition"]))
+        res.widths.add(int(r["width"]))
+        res.width = max(res.width, int(r["width"]))
         res.nnz += int(r["nnz"])
         res.max_row_norm_sq = max(res.max_row_norm_sq, float(r["max_row_norm_sq"]))
         if res.labels is not None:
@@ -351,7 +378,7 @@ def scan_frame(
                 if res.labels.size > MAX_DISTINCT_LABELS:
                     res.labels = None
         res.row_norm_sq_sum += float(r["row_norm_sq_sum"])
-        if grams_complete and r["rows"]:
+        if grams_complete:
             g = np.frombuffer(r["gram"], dtype=np.float64).reshape(
                 int(r["width"]) + 1, int(r["width"]) + 1
             )
@@ -392,6 +419,10 @@ def open_frame(
     _frames[source.frame_id] = frame
     try:
         scan = scan_frame(frame, source, moments=standardize)
+        if scan.n < partitions:
+            raise rows_cannot_fill("the DataFrame", scan.n, partitions)
+        if scan.width < 1:
+            raise DataError(f"DataFrame column {features!r}: no features (every vector is empty)")
         source = FrameSource(
             source.frame_id,
             tuple(scan.rows_per_block),
@@ -400,18 +431,32 @@ def open_frame(
             kind,
             int(scan.width),
             dense,
+            tuple(scan.partitions),
+            int(partitions),
         )
+        if len(scan.partitions) < partitions:
+            log.info(
+                "%d of the DataFrame's %d partitions hold rows (a round-robin repartition of %d "
+                "rows): %d blocks",
+                len(scan.partitions),
+                partitions,
+                scan.n,
+                len(scan.partitions),
+            )
 
-        if scan.width < 1:
-            raise DataError(f"DataFrame column {features!r}: no features (every vector is empty)")
-        if min(scan.rows_per_block) == 0:
-            raise rows_cannot_fill("the DataFrame", scan.n, partitions)
-
-        final = [scan]  # the scan of the rows as trained: standardized ones when standardizing
+        # the Gram matrices (for lambda_max) when they fit the budget, of the rows as trained:
+        # with the standardized rows' scan, or in one more pass when not standardizing
+        gram = (
+            scan.width + 1 < GRAM_COLUMNS
+            and len(scan.rows_per_block) * (scan.width + 1) ** 2 * 8 <= GRAM_BYTES
+        )
+        final = [scan]
 
         def rescan(transformed: BlockSource) -> ScanResult:
             assert isinstance(transformed, TransformedSource)
-            final[0] = scan_frame(frame, source, mean=transformed.mean, scale=transformed.scale)
+            final[0] = scan_frame(
+                frame, source, mean=transformed.mean, scale=transformed.scale, gram=gram
+            )
             return final[0]
 
         out, desc = describe_scanned(
@@ -424,6 +469,8 @@ def open_frame(
             where=f"DataFrame column {label!r}",
             rescan=rescan,
         )
+        if gram and final[0].gram is None:
+            final[0] = scan_frame(frame, source, gram=True)
         return out, dataclasses.replace(desc, gram_max=gram_max(final[0]))
     except BaseException:
         release(source)
@@ -443,11 +490,13 @@ class _FrameLosses:
         from async_spark.solvers.worker import snapshot_losses
 
         ctx = TaskContext.get()
-        partition = ctx.partitionId() if ctx is not None else 0
         inner = self.source.inner if isinstance(self.source, TransformedSource) else self.source
         assert isinstance(inner, FrameSource)
-        with held(inner, partition, inner.decode(partition, batches)):
-            parts = list(snapshot_losses(self.source, self.model, self.thetas, [partition]))
+        block = inner.block_of(ctx.partitionId() if ctx is not None else 0)
+        if block is None:  # an empty partition: no block, no losses
+            return
+        with held(inner, block, inner.decode(block, batches)):
+            parts = list(snapshot_losses(self.source, self.model, self.thetas, [block]))
         yield pa.RecordBatch.from_pydict(
             {
                 "rows": [rows for _, rows in parts],

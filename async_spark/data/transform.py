@@ -81,6 +81,7 @@ class ScanResult:
     #: sum of the rows' (x_i, 1) outer products, when measured (a DataFrame's partitions, d < 1024)
     gram: np.ndarray | None = None
     row_norm_sq_sum: float = 0.0
+    partitions: list[int] = field(default_factory=list)  # a DataFrame's: each block's partition
 
     @property
     def n(self) -> int:

@@ -2,7 +2,8 @@
 
 A run starts ONE Spark job through the DataFrame API (``spark.range(T, numPartitions=T)
 .mapInArrow(worker, schema)``, collected in a driver thread), whose T tasks stay resident: each owns
-the blocks ``b`` with ``b % T == partition``, connects back to a TCP server that this transport opens
+the blocks ``b`` with ``b % T == partition`` (or, when the data is a DataFrame's partitions, the
+job maps over that DataFrame and each task owns the partitions it reads), connects back to a TCP server that this transport opens
 on ``spark.driver.host``, proves the run's secret (:mod:`.wire`), announces its blocks and then
 serves *tickets*: (task id, block, model version, args, straggler delay) plus the model — the full
 array the first time, then a bit-exact sparse delta against a version the worker holds when that is
@@ -104,8 +105,9 @@ class _WorkerConfig:
 # The worker side: runs inside a Spark task (a Python worker process of an executor)
 # =================================================================================================
 class _WorkerEntry:
-    """The ``mapInArrow`` function: drains its partition (the task's ids), serves tickets until the
-    driver says exit or is gone, then yields one summary row."""
+    """The ``mapInArrow`` function: drains its partition (the task's ids, or the DataFrame rows
+    of its blocks, decoded and held), serves tickets until the driver says exit or is gone, then
+    yields one summary row."""
 
     def __init__(self, cfg: _WorkerConfig) -> None:
         self.cfg = cfg
@@ -141,20 +143,40 @@ _BLOCK_COLUMN = "_async_spark_block"  # a frame row's block: its partition of th
 
 
 def _hold_partitions(source: Any, batches: Iterator[Any], holding: ExitStack) -> list[int]:
-    """Decode the rows of each block (``_BLOCK_COLUMN``) of this task and hold them for the
-    task function while ``holding`` lasts; the blocks, in order."""
-    import pyarrow as pa
-
+    """Decode the rows of each block of this task (rows tagged with their partition,
+    ``_BLOCK_COLUMN``: a coalesced task reads its partitions one after the other) and hold them
+    for the task function while ``holding`` lasts; the blocks, in order. Each block is decoded as
+    soon as its partition's rows end, so a task holds one partition's raw rows at a time."""
     from async_spark.data.frame import held
 
-    rows: dict[int, list[Any]] = {}
+    blocks: list[int] = []
+    seen: set[int] = set()
+    current: int | None = None
+    pending: list[Any] = []
+
+    def finish() -> None:
+        block = source.block_of(current) if current is not None else None
+        if block is not None and pending:
+            holding.enter_context(held(source, block, source.decode(block, iter(pending))))
+            blocks.append(block)
+        pending.clear()
+
     for batch in batches:
         ids = batch.column(0).to_numpy()
-        for b in np.unique(ids):
-            rows.setdefault(int(b), []).append(batch.filter(pa.array(ids == b)))
-    for b in sorted(rows):
-        holding.enter_context(held(source, b, source.decode(b, iter(rows[b]))))
-    return sorted(rows)
+        if not len(ids):
+            continue
+        starts = np.flatnonzero(np.diff(ids)) + 1  # where the partition changes in this batch
+        for lo, hi in zip(np.r_[0, starts], np.r_[starts, len(ids)], strict=True):
+            part = int(ids[lo])
+            if part != current:
+                finish()
+                if part in seen:
+                    raise RuntimeError(f"the rows of partition {part} came in two runs")
+                current = part
+                seen.add(part)
+            pending.append(batch if (lo, hi) == (0, len(ids)) else batch.slice(lo, hi - lo))
+    finish()
+    return sorted(blocks)
 
 
 def _freeze(value: Any) -> Any:
@@ -496,7 +518,7 @@ class ResidentTransport(Transport):
         :meth:`start`. It travels once, in the job's closure, as any PySpark UDF.
     num_tasks : int, optional
         Resident tasks (default: min(blocks, ``sc.defaultParallelism``)); each owns the blocks
-        ``b % num_tasks == task``.
+        ``b % num_tasks == task``, or the partitions it reads of ``source``'s DataFrame.
     host : str, optional
         Address to listen on and to give the workers (default: ``spark.async_spark.resident.host``
         if set, else ``spark.driver.host`` on a classic session and the client's address towards
@@ -522,6 +544,11 @@ class ResidentTransport(Transport):
         Largest frame body accepted from the network (models and payloads), either side.
     max_relaunches : int
         Times the job is launched again when it fails (every task lost) while the run goes on.
+    source : BlockSource, optional
+        The run's dataset. When its blocks are a DataFrame's partitions
+        (:func:`~async_spark.data.frame.open_frame`), the job maps over that DataFrame and each
+        task decodes and holds the partitions it reads; otherwise tasks open their blocks from
+        the source themselves.
     """
 
     def __init__(
@@ -833,8 +860,8 @@ class ResidentTransport(Transport):
             )
         else:
             spark.addTag(self._tag)
-        frame = self._tasks_frame()
         try:
+            frame = self._tasks_frame()
             frame.mapInArrow(_WorkerEntry(self._cfg), _OUTPUT_SCHEMA).collect()
         finally:
             try:
@@ -851,10 +878,10 @@ class ResidentTransport(Transport):
         blocks than tasks, coalesced (each task then holds several whole partitions)."""
         if self._frame is None:
             return self.spark.range(self.num_tasks, numPartitions=self.num_tasks)
-        from pyspark.sql.functions import spark_partition_id
-
-        tagged = self._frame.select(spark_partition_id().alias(_BLOCK_COLUMN), "*")
-        return tagged.coalesce(self.num_tasks) if self.num_tasks < self.num_blocks else tagged
+        tagged = self._frame.selectExpr(f"spark_partition_id() AS {_BLOCK_COLUMN}", "*")
+        assert self._frame_source is not None
+        partitions = self._frame_source.frame_partitions
+        return tagged.coalesce(self.num_tasks) if self.num_tasks < partitions else tagged
 
     def _cancel_job(self) -> None:
         """Cancel the resident job, on a classic session (job tag) or a Connect one."""

@@ -213,11 +213,13 @@ def _open_staged(
     dataset: Any,
     P: int,
     dense: bool | None,
-    d: int,
+    shape: tuple[int, int],
     cleanup: ExitStack,
 ) -> tuple[BlockSource, DatasetDescriptor, str]:
     """The two columns written once as Parquet under ``stagingDir`` (the job transport, whose
-    one-off tasks open their blocks from files), then opened as a Parquet dataset."""
+    one-off tasks open their blocks from files), then opened as a Parquet dataset; ``shape``:
+    the DataFrame's (rows, features), which the copy read back must have."""
+    n, d = shape
     root = _staging_root(params)
     if not params.getStagingDir() and not os.environ.get("ASYNC_SPARK_STAGING_DIR"):
         # the default under the shared temporary folder: this user's alone (as for arrays)
@@ -244,6 +246,12 @@ def _open_staged(
         dense=dense,
         num_features=d,
     )
+    if desc.n != n:
+        raise DataError(
+            f"stagingDir {root!r}: read back {desc.n} of the DataFrame's {n} rows; the staging "
+            "directory must be visible under the same path to the driver and every executor "
+            "(local mode, local-cluster or a shared mount); set stagingDir"
+        )
     return source, desc, path
 
 
@@ -282,7 +290,7 @@ def fit_linear(
             parent_run_id=getattr(params, "_mlflow_parent_run_id", None),
         )
     try:
-        out = _fit_staged(params, dataset, loss=loss, num_classes=num_classes, stats=stats)
+        out = _fit_rows(params, dataset, loss=loss, num_classes=num_classes, stats=stats)
     except BaseException as exc:
         if run is not None:
             run.end("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
@@ -343,7 +351,7 @@ def _log_fit(run: Any, params: _AsyncLinearParams, out: FitOutput) -> None:
             pass
 
 
-def _fit_staged(
+def _fit_rows(
     params: _AsyncLinearParams,
     dataset: Any,
     *,
@@ -367,19 +375,12 @@ def _fit_staged(
             if params.getTransport() == "resident":
                 source, desc, data = _open_partitions(params, dataset, P, dense, cleanup)
             else:
-                source, desc, data = _open_staged(params, dataset, P, dense, d, cleanup)
-            if desc.n != n:
-                raise DataError(
-                    f"stagingDir {_staging_root(params)!r}: read back {desc.n} of the "
-                    f"DataFrame's {n} rows; the staging directory must be visible under the same "
-                    "path to the driver and every executor (local mode, local-cluster or a "
-                    "shared mount); set stagingDir"
-                )
+                source, desc, data = _open_staged(params, dataset, P, dense, (n, d), cleanup)
             if loss == "softmax":
                 assert num_classes is not None
                 classes = tuple(float(k) for k in range(num_classes))
                 desc = dataclasses.replace(desc, num_classes=num_classes, classes=classes)
-            config = _train_config(params, loss, P, data)
+            config = _train_config(params, loss, desc.num_blocks, data)
             try:
                 result = train_linear(config, spark=spark, dataset=(source, desc))
             except ConfigError as exc:  # our own checks come first; say it in the Params' names

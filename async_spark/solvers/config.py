@@ -128,6 +128,9 @@ class TrainConfig:
         check_fraction("batch_fraction", self.batch_fraction)
         if self.partitions is not None:
             check_int("partitions", self.partitions, 1)
+        if self.num_features is not None:
+            check_int("num_features", self.num_features, 1)
+        check_int("seed", self.seed, 0)  # before Spark starts: the tasks' samples use it
         self._validate_policy()
         self.straggler_model()
         if self.straggler_base is not None:

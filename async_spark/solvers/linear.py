@@ -40,6 +40,7 @@ from typing import Any, cast
 import numpy as np
 
 from async_spark.data.blocks import BlockSource, DatasetDescriptor
+from async_spark.data.frame import frame_of
 from async_spark.engine.core import TaskTicket
 from async_spark.engine.engine import AsyncEngine
 from async_spark.engine.stragglers import StragglerModel
@@ -188,16 +189,36 @@ def _job_transport(spark: Any, config: TrainConfig) -> Transport:
     return SparkTransport(spark.sparkContext, pool="async", publisher=config.publisher)
 
 
-def _transport(spark: Any, config: TrainConfig, source: Any) -> Transport:
-    from async_spark.data.frame import frame_of
+def _check_frame_run(
+    on_frame: bool,
+    spark: Any,
+    config: TrainConfig,
+    transport: Transport | None,
+    engine_factory: Any,
+    resume: Checkpoint | None,
+) -> None:
+    """A DataFrame's partitions (``on_frame``) are read only by the resident tasks of its own
+    session, and made anew by each :func:`~async_spark.data.frame.open_frame` (no checkpoint
+    fits them)."""
+    if not on_frame:
+        return
+    from async_spark.engine.resident import ResidentTransport
 
-    on_frame = frame_of(source) is not None  # the blocks are a DataFrame's partitions
-    if on_frame and (spark is None or config.transport != "resident"):
+    if resume is not None:
+        raise ConfigError("resume", "a run on a DataFrame's partitions cannot be resumed")
+    resident = transport is None or (
+        isinstance(transport, ResidentTransport) and transport.on_frame
+    )
+    if spark is None or config.transport != "resident" or not resident or engine_factory:
         raise ConfigError(
             "transport",
             "training on a DataFrame's own partitions needs the resident transport on its "
-            "session (each partition is read by its resident task)",
+            "session (each partition is read by its resident task); for another transport, "
+            "open the data from files",
         )
+
+
+def _transport(spark: Any, config: TrainConfig, source: Any) -> Transport:
     if spark is None:
         return LocalTransport()
     if config.transport == "resident":
@@ -498,7 +519,7 @@ def train_linear(
     """
     called = time.perf_counter()  # setup_seconds: the user's call to the engine's start
     if dataset is not None and not isinstance(dataset, tuple):  # a DataFrame's partitions
-        return _train_on_frame(config, dataset, spark, transport, resume, stop, progress)
+        return _on_frame(config, dataset, spark, transport, resume, stop, progress, engine_factory)
     # Setup, once: validate -> step size -> rule.
     stragglers = config.validate().straggler_model()  # parsed once, by validate
     if dataset is not None and config.partitions is None:
@@ -520,6 +541,7 @@ def train_linear(
     make_engine = _engine_maker(
         config, desc, task_args, stragglers, resume, engine_factory, run_name
     )
+    _check_frame_run(frame_of(source) is not None, spark, config, transport, engine_factory, resume)
     chosen = None
     if engine_factory is None:
         chosen = transport if transport is not None else _transport(spark, config, source)
@@ -561,7 +583,7 @@ def train_linear(
     )
 
 
-def _train_on_frame(
+def _on_frame(
     config: TrainConfig,
     df: Any,
     spark: Any,
@@ -569,14 +591,16 @@ def _train_on_frame(
     resume: Checkpoint | None,
     stop: threading.Event | None,
     progress: bool | None,
+    engine_factory: Any,
 ) -> TrainResult:
     """:func:`train_linear` on ``df``'s own partitions (``config.partitions`` of them, default
     the session's parallelism), released (unpersisted) when the run ends."""
     from async_spark.data.frame import open_frame, release
 
     if spark is None:
-        raise ConfigError("transport", "a DataFrame trains on its session: give spark=")
+        raise ConfigError("transport", "a DataFrame trains on its own session (spark=...)")
     config = config.validate().for_session(spark)
+    _check_frame_run(True, spark, config, transport, engine_factory, resume)  # before any job
     assert config.partitions is not None
     source, desc = open_frame(
         df, partitions=config.partitions, standardize=config.standardize, loss=config.loss
@@ -590,6 +614,7 @@ def _train_on_frame(
             resume=resume,
             stop=stop,
             progress=progress,
+            engine_factory=engine_factory,
         )
     finally:
         release(source)

@@ -4,6 +4,8 @@ the partition and row, and a run on them matches the run on the same rows as arr
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -172,3 +174,53 @@ def test_the_job_transport_is_refused_on_a_dataframes_partitions(spark, cancer_d
             train_linear(cfg, dataset=frame, spark=spark)
     finally:
         release(frame[0])
+
+
+def test_empty_partitions_are_no_blocks(spark, cancer):
+    """A round-robin repartition of few rows can leave partitions empty although n >= P (each
+    input partition starts at a seeded position): the blocks are the partitions that hold rows,
+    and a run on them still sees every row once."""
+    from pyspark.ml.linalg import Vectors
+
+    X, y = cancer
+    pick = np.r_[np.flatnonzero(y == 0)[:8], np.flatnonzero(y == 1)[:8]]
+    X, y = X[pick], y[pick]
+    rows = [(Vectors.dense(x.tolist()), float(t)) for x, t in zip(X, y, strict=True)]
+    df = spark.createDataFrame(rows, ["features", "label"]).repartition(16)  # 1 row each
+    source, desc = open_frame(df, partitions=16, loss="logistic", dense=True)
+    try:
+        assert desc.n == 16 and sum(desc.rows_per_block) == 16 and min(desc.rows_per_block) > 0
+        assert len(source.partitions) == desc.num_blocks < 16  # some of the 16 are empty
+        assert list(source.partitions) == sorted(set(source.partitions))
+        cfg = TrainConfig(
+            method="sgd",
+            step=0.5,
+            batch_fraction=1.0,
+            l2=1e-2,
+            max_updates=5,
+            step_safeguard=False,
+            quiet=True,
+            standardize=False,
+            eval_every=1e-3,
+        )
+        run = train_linear(cfg, dataset=(source, desc), spark=spark)
+    finally:
+        release(source)
+    ref = train_linear(
+        dataclasses.replace(cfg, partitions=desc.num_blocks),
+        dataset=open_dataset((X, y), desc.num_blocks, loss="logistic"),
+    )
+    np.testing.assert_allclose(run.theta, ref.theta, rtol=1e-10, atol=1e-13)
+
+
+def test_a_run_on_a_frame_refuses_resume_and_other_transports(spark, cancer_df):
+    from async_spark.engine.transport import LocalTransport
+    from async_spark.solvers.validation import ConfigError
+
+    cfg = TrainConfig(method="sgd", partitions=2, max_updates=2, quiet=True)
+    with pytest.raises(ConfigError, match="cannot be resumed"):
+        train_linear(cfg, spark=spark, dataset=cancer_df, resume=object())
+    with pytest.raises(ConfigError, match="needs the resident transport"):
+        train_linear(cfg, spark=spark, dataset=cancer_df, transport=LocalTransport())
+    with pytest.raises(ConfigError, match="on its own session"):
+        train_linear(cfg, dataset=cancer_df)
