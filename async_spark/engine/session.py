@@ -307,7 +307,8 @@ def _executors_are_the_driver(sc: Any) -> bool:
 # Sessions already checked: (application or Connect session id, modules, force) -> the answer.
 # A fit, a CrossValidator's many fits or a notebook's repeated runs pay the probe once per session.
 _CHECKED: dict[tuple[str, tuple[str, ...], bool], dict[str, Any] | None] = {}
-_CHECK_LOCK = threading.Lock()
+_CHECK_LOCK = threading.Lock()  # guards _CHECK_LOCKS
+_CHECK_LOCKS: dict[tuple[str, tuple[str, ...], bool], threading.Lock] = {}
 
 
 def _session_key(spark: Any) -> str:
@@ -363,7 +364,9 @@ def check_executors(
         (``spark.pyspark.python`` or a packed environment with ``--archives``).
     """
     key = (_session_key(spark), tuple(modules), bool(force))
-    with _CHECK_LOCK:  # concurrent fits (a CrossValidator's pool) wait for one probe
+    with _CHECK_LOCK:
+        lock = _CHECK_LOCKS.setdefault(key, threading.Lock())
+    with lock:  # concurrent fits of one session (a CrossValidator's pool) wait for one probe
         if cache and key in _CHECKED:
             answer = _CHECKED[key]
             return None if answer is None else dict(answer)
@@ -471,14 +474,28 @@ _JOB_GROUP_PROPERTIES = (
     "spark.job.interruptOnCancel",
 )
 _WATCH_SECONDS = 0.05
+# What a task's error says when its Python worker could not start or died (not a lost executor)
+_PYTHON_WORKER_FAILURES = (
+    "PythonWorkerFactory",  # the frame of every failure to start a worker (no daemon, ...)
+    "pyspark.daemon",
+    "Cannot run program",
+    "PYTHON_VERSION_MISMATCH",
+    "Python in worker",
+    "Python worker exited unexpectedly",
+    "Python worker failed to connect back",
+    "PythonException",
+)
 _JAVA_CLASS_PREFIX = re.compile(r"^(?:[\w$]+\.)+[\w$]*(?:Exception|Error): ")
 
 
 def _first_task_failure(sc: Any, group: str) -> str | None:
-    """The error of the first failed task of ``group``'s jobs, None while none failed.
+    """The error of the first task of ``group``'s jobs that failed to run Python, None while
+    none did.
 
     The count comes from the status tracker; the text from the application's status store (the
-    data behind the UI's task table), and when that cannot be read, a generic line."""
+    data behind the UI's task table). Only a Python worker that could not start or died ends the
+    probe early: any other failure (a lost executor, a pre-empted node) is left to Spark's
+    retries, as is a failure whose text cannot be read."""
     tracker = sc.statusTracker()
     for job_id in tracker.getJobIdsForGroup(group):
         job = tracker.getJobInfo(job_id)
@@ -490,13 +507,19 @@ def _first_task_failure(sc: Any, group: str) -> str | None:
                 tasks = sc._jsc.sc().statusStore().taskList(stage_id, stage.currentAttemptId, 8)
                 for i in range(tasks.size()):
                     error = tasks.apply(i).errorMessage()
-                    if error.isDefined():
-                        line = _first_line_of_java_error(Exception(str(error.get())))
+                    text = str(error.get()) if error.isDefined() else ""
+                    if python_worker_failed(text):
+                        line = _first_line_of_java_error(Exception(text))
                         return _JAVA_CLASS_PREFIX.sub("", line)
-            except Exception:  # a private API of Spark's: the count alone still fails fast
+            except Exception:  # a private API of Spark's: leave the failure to Spark's retries
                 pass
-            return "its first task failed; the executor's log has the error"
     return None
+
+
+def python_worker_failed(error: str) -> bool:
+    """Whether a task's error says its Python worker could not start or died (the probe's
+    question), rather than that its executor was lost or the task was killed."""
+    return any(marker in error for marker in _PYTHON_WORKER_FAILURES)
 
 
 def _first_line_of_java_error(exc: BaseException) -> str:

@@ -196,3 +196,20 @@ def test_an_interpreter_that_cannot_start_fails_the_check_at_its_first_failure(
     finally:
         for key in ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel"):
             sc.setLocalProperty(key, None)
+
+
+def test_only_a_python_worker_failure_ends_the_probe_early():
+    """A lost executor or a killed task is left to Spark's retries; a worker that cannot start
+    is the answer."""
+    from async_spark.engine.session import python_worker_failed
+
+    daemon = (
+        "org.apache.spark.SparkException: EOFException occurred while reading the port number "
+        "from pyspark.daemon's stdout and terminated with code: 3..\n\tat org.apache.spark.api."
+        "python.PythonWorkerFactory.startDaemon(PythonWorkerFactory.scala:386)"
+    )
+    assert python_worker_failed(daemon)
+    assert python_worker_failed('java.io.IOException: Cannot run program "/no/python"')
+    lost = "ExecutorLostFailure (executor 1 exited caused by one of the running tasks)"
+    assert not python_worker_failed(lost)
+    assert not python_worker_failed("TaskKilled (Stage cancelled)")
