@@ -166,8 +166,15 @@ def test_help_names_every_option_and_its_default():
             )
             assert unset or "default" in shown, f"{name} {action.option_strings[0]}: {shown}"
     train = sub.choices["train"].format_help()
-    assert "L1 penalty l1*||w||_1 on the weights (default: 0.0)" in " ".join(train.split())
-    assert "L2 penalty (l2/2)*||w||^2 (default: 0.0001)" in " ".join(train.split())
+    assert "L1 penalty l1*||w||_1 on the weights, >= 0 (default: 0.0)" in " ".join(train.split())
+    assert "L2 penalty (l2/2)*||w||^2, >= 0 (default: 0.0001)" in " ".join(train.split())
+    # every numeric option of train says its range; one unset by default says what that means
+    for action in sub.choices["train"]._actions:
+        if getattr(action.type, "__name__", "") in ("parse_int", "parse_float"):
+            text = action.help or ""
+            flag = action.option_strings[0]
+            assert any(r in text for r in (">=", "> 0", "in (", "in [", "finite")), f"{flag}: {text}"
+            assert action.default is not None or "default" in text, f"{flag}: {text}"
 
 
 def test_emulate_calibrates_with_the_tasks_of_the_first_method(monkeypatch, tmp_path, capsys):

@@ -43,7 +43,10 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--format", default="auto", help="libsvm | parquet | auto")
     p.add_argument(
-        "--num-features", type=parse_int, default=None, help="d (LIBSVM: inferred when omitted)"
+        "--num-features",
+        type=parse_int,
+        default=None,
+        help="d, an integer >= 1 (default: the largest LIBSVM index, or the vectors' size)",
     )
     p.add_argument(
         "--standardize",
@@ -81,7 +84,10 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         "--momentum",
         type=parse_float,
         default=None,
-        help="beta in [0, 1) for hb/ag/apg with an explicit --step",
+        help=(
+            "beta in [0, 1) for hb/ag/apg with an explicit --step (default: from (mu, L) with "
+            "an automatic --step)"
+        ),
     )
     p.add_argument(
         "--momentum-damping",
@@ -89,9 +95,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         default=0.0,
         help="c >= 0: asynchronous momentum uses beta / (1 + c * staleness)",
     )
-    p.add_argument("--l2", type=parse_float, default=1e-4, help="L2 penalty (l2/2)*||w||^2")
+    p.add_argument("--l2", type=parse_float, default=1e-4, help="L2 penalty (l2/2)*||w||^2, >= 0")
     p.add_argument(
-        "--l1", type=parse_float, default=0.0, help="L1 penalty l1*||w||_1 on the weights"
+        "--l1", type=parse_float, default=0.0, help="L1 penalty l1*||w||_1 on the weights, >= 0"
     )
     p.add_argument(
         "--step", type=parse_step, default="auto", help="step size > 0, or 'auto' from the data"
@@ -115,12 +121,23 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         help="P >= 1: number of blocks (default: the session's task slots, e.g. 2 on local[2])",
     )
     p.add_argument(
-        "--beta", type=parse_float, default=None, help="partial barrier in (0, 1] (async methods)"
+        "--beta",
+        type=parse_float,
+        default=None,
+        help="partial barrier in (0, 1] (async methods; default: none, fully asynchronous)",
     )
     p.add_argument(
-        "--tau", type=parse_int, default=None, help="staleness bound >= 0 (async methods)"
+        "--tau",
+        type=parse_int,
+        default=None,
+        help="staleness bound, an integer >= 0 (async methods; default: none)",
     )
-    p.add_argument("--ssp", type=parse_int, default=None, help="SSP slack >= 0 (async methods)")
+    p.add_argument(
+        "--ssp",
+        type=parse_int,
+        default=None,
+        help="SSP slack, an integer >= 0 (async methods; default: none)",
+    )
     p.add_argument(
         "--stragglers", default="none", help="none | intensity:C | cloud | slow-executor:F"
     )
@@ -132,13 +149,16 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         "of a warm-up)",
     )
     p.add_argument(
-        "--seed", type=parse_int, default=0, help="seed of the task samples and straggler delays"
+        "--seed",
+        type=parse_int,
+        default=0,
+        help="seed of the task samples and straggler delays, an integer >= 0",
     )
     p.add_argument(
         "--max-updates",
         type=parse_int,
         default=None,
-        help="stop after this many model updates (>= 1)",
+        help="stop after this many model updates, an integer >= 1 (default: none)",
     )
     p.add_argument(
         "--time-budget",
@@ -150,7 +170,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         "--target-objective",
         type=parse_float,
         default=None,
-        help="stop when the objective reaches this value",
+        help="stop when the objective reaches this value, a finite number (default: none)",
     )
     p.add_argument(
         "--eval-every",
@@ -171,16 +191,21 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         "resident tasks cannot start)",
     )
     p.add_argument(
-        "--out", default=None, help="output folder: summary.json, trace.jsonl, model.npz"
+        "--out",
+        default=None,
+        help="output folder: summary.json, trace.jsonl, model.npz (default: none, nothing written)",
     )
     p.add_argument(
         "--checkpoint-every",
         type=parse_int,
         default=None,
-        help="updates between checkpoints (>= 1)",
+        help="updates between checkpoints, an integer >= 1 (needs --out; default: none)",
     )
     p.add_argument(
-        "--checkpoint-seconds", type=parse_float, default=None, help="seconds between checkpoints"
+        "--checkpoint-seconds",
+        type=parse_float,
+        default=None,
+        help="seconds between checkpoints, > 0 (needs --out; default: none)",
     )
     p.add_argument(
         "--keep-checkpoints",
