@@ -112,7 +112,8 @@ def test_cross_validator_tunes_and_saves_on_connect(connect, cancer_rows, tmp_pa
         seed=1,
     )
     cvm = cv.fit(df)
-    assert len(cvm.avgMetrics) == 2 and all(0.5 < m <= 1.0 for m in cvm.avgMetrics)
+    assert len(cvm.avgMetrics) == 2 and all(0.0 <= m <= 1.0 for m in cvm.avgMetrics)
+    assert cvm.avgMetrics[0] > 0.9  # regParam 0.01 learns; 10 may rank worse than chance
     best = cvm.bestModel
     assert isinstance(best, AsyncLogisticRegressionModel)
     # regParam 10 shrinks the weights to almost nothing: the weaker penalty must win
