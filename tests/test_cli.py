@@ -173,7 +173,9 @@ def test_help_names_every_option_and_its_default():
         if getattr(action.type, "__name__", "") in ("parse_int", "parse_float"):
             text = action.help or ""
             flag = action.option_strings[0]
-            assert any(r in text for r in (">=", "> 0", "in (", "in [", "finite")), f"{flag}: {text}"
+            assert any(r in text for r in (">=", "> 0", "in (", "in [", "finite")), (
+                f"{flag}: {text}"
+            )
             assert action.default is not None or "default" in text, f"{flag}: {text}"
 
 

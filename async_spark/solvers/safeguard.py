@@ -147,7 +147,6 @@ class StepSafeguard:
     log_level: int = logging.WARNING  # of the line each change logs (INFO for quiet runs)
     #: rows of each block: the strata of every estimate (see :meth:`observe`); () one stratum
     block_rows: tuple[int, ...] = ()
-    wait: int = 8  # x window: the most results a window waits for a block that has not reported
     changes: list[dict[str, Any]] = field(default_factory=list)
     _stats: np.ndarray = field(init=False, repr=False)
     _seen: int = 0
@@ -194,12 +193,13 @@ class StepSafeguard:
         """Count one result's ``[loss sum, sum of squares, rows]`` from ``block``; returns the
         rebuilt rule when the step changed, else None.
 
-        Every estimate is stratified by block: asynchronous results arrive in proportion to the
-        blocks' speeds, not their sizes, and a straggler's rows would all but vanish from a plain
-        mean of the sampled losses, which then falls as the run fits the fast blocks while the
-        objective rises. So a window closes once it holds ``window`` results *and* every block
-        has reported (or after ``wait`` times that, over the blocks that did), and the pooled
-        test decides only on pools every block is part of."""
+        A window's rise test reads the plain mean of its results' sampled losses: mostly fresh
+        ones, at parameters close to the current. The pooled test (the search's raises, the
+        plateaus) is stratified by block: asynchronous results arrive in proportion to the
+        blocks' speeds, not their sizes, and in a plain mean a straggler's rows all but vanish,
+        so the mean falls as the run fits the fast blocks while the objective may rise; a pooled
+        estimate weighs each block's mean by its rows and decides only once every block is in
+        the pool."""
         if self._skip > 0:
             self._skip -= 1
             return None
@@ -207,13 +207,11 @@ class StepSafeguard:
         self._seen += 1
         if self._seen < self.window:
             return None
-        if not self._complete(self._stats) and self._seen < self.wait * self.window:
-            return None  # a block has not reported yet: the window waits for it
         if not np.any(self._stats[:, 2] > 0):  # empty samples: no estimate
             self._reset()
             return None
         window = self._stats
-        now = self._estimate(window, theta)
+        now = WindowEstimate.of(window.sum(axis=0), self.penalty(theta))  # the plain mean
         self._reset()
         best = min(self._recent, key=lambda e: e.value, default=None)
         self._recent.append(now)
