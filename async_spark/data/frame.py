@@ -131,9 +131,11 @@ class FrameSource(BlockSource):
     def decode(
         self, index: int, batches: Iterator[pa.RecordBatch], *, counted: bool = True
     ) -> Block:
-        """Block ``index`` from its partition's Arrow batches, checked as a Parquet file is;
-        ``counted``: the scan's row count must match (False for the scan itself)."""
-        where = f"DataFrame partition {index}"
+        """Block ``index`` from its partition's Arrow batches, checked as a Parquet file is (errors
+        name the partition); ``counted``: the scan's row count must match (False for the scan
+        itself, whose ``index`` is the partition)."""
+        partition = self.partitions[index] if counted and self.partitions else index
+        where = f"DataFrame partition {partition}"
         tables = [pa.Table.from_batches([b]) for b in batches if b.num_rows]
         X: Any
         if tables:
