@@ -1,5 +1,7 @@
-"""Helpers shared by ``peers.py`` and ``data_path.py`` (not a benchmark itself).
+"""Helpers shared by the benchmark scripts (not a benchmark itself).
 
+- :func:`median_range` and :func:`format_median_range`: a figure that varies across runs, as its
+  median with the [min, max] of the runs;
 - :func:`spark_session`: a session on 127.0.0.1 with the UI off, through
   :func:`async_spark.engine.build_session`;
 - :func:`print_table`: fixed-width tables;
@@ -11,12 +13,38 @@
 
 from __future__ import annotations
 
+import math
 import os
 import signal
+import statistics
 import threading
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
+
+
+def median_range(values: Iterable[float | None]) -> tuple[float, float, float, int]:
+    """``(median, min, max, n)`` of the finite numbers among ``values``.
+
+    ``None``, nan and infinities (a run without the figure, e.g. no common target) are left out,
+    and ``n`` counts the numbers kept; with none kept the answer is ``(nan, nan, nan, 0)``.
+    """
+    kept = [float(v) for v in values if v is not None and math.isfinite(v)]
+    if not kept:
+        return math.nan, math.nan, math.nan, 0
+    return statistics.median(kept), min(kept), max(kept), len(kept)
+
+
+def format_median_range(values: Iterable[float | None], spec: str = ".2f") -> str:
+    """``"median [min, max]"`` of ``values`` (see :func:`median_range`), each number formatted
+    with ``spec``; one value alone prints plainly, ``-`` when there is none, and
+    ``" (k of N runs)"`` is appended when runs without the figure were left out."""
+    values = list(values)
+    med, lo, hi, n = median_range(values)
+    if n == 0:
+        return "-"
+    text = format(med, spec) if len(values) == 1 else f"{med:{spec}} [{lo:{spec}}, {hi:{spec}}]"
+    return text if n == len(values) else f"{text} ({n} of {len(values)} runs)"
 
 
 def spark_session(master: str, app_name: str, conf: dict[str, str] | None = None) -> Any:

@@ -24,11 +24,21 @@ single gradient task run alone through Spark (dispatch to result), measured befo
 ASYNC measured its mean task time on workers that each had their own core; measuring it here with
 8 tasks sharing 2 cores would count the queueing as task time.
 
+**Repeats.** Every configuration runs ``--repeats`` times (default 3; ``--smoke``: 1). A repeat
+runs the pair without stragglers, then the pair under each straggler model; the two methods of
+a pair swap order from one repeat to the next, so a drift of this shared machine's load falls on
+both alike. The task time on a dedicated core is measured once per P and method (the straggler
+delays stay the same in every repeat). Each figure is reported as the median of the repeats with
+their [min, max]; the straggler gain and the ceiling are taken within a repeat (its own run
+without stragglers) before the median. A repeat without a common target has no speedup: the
+median is of the repeats that have one, and the summary says how many.
+
 Usage:
-    python benchmarks/async_speedup.py [--quick] [--partitions 8,16]
+    python benchmarks/async_speedup.py [--quick] [--partitions 8,16] [--repeats 3]
         [--stragglers intensity:0.3,intensity:0.6,intensity:1.0,cloud] [--budget SECONDS]
-    python benchmarks/async_speedup.py --smoke   # seconds: P = 2, tiny data, 3 s runs (no figure)
-Last line: ``RESULT asaga_speedup_cloud <x>`` (P = the first of --partitions).
+    python benchmarks/async_speedup.py --smoke   # seconds: P = 2, tiny data, 3 s runs, 1 repeat
+Last line: ``RESULT asaga_speedup_cloud <x>``: the median over the repeats of ASAGA's speedup
+over SAGA under the cloud model (P = the first of --partitions).
 """
 
 from __future__ import annotations
@@ -40,16 +50,20 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from async_spark.data.dataset import open_dataset
-from async_spark.engine import AsyncEngine, Policy, build_session
-from async_spark.engine.spark import SparkTransport
-from async_spark.models.linear import init_params
-from async_spark.solvers import TrainConfig, build_model, train_linear
-from async_spark.solvers.methods import method as method_row
-from async_spark.solvers.worker import LinearTask, TaskArgs, sample_rows
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import format_median_range, median_range, print_table  # noqa: E402
+
+from async_spark.data.dataset import open_dataset  # noqa: E402
+from async_spark.engine import AsyncEngine, Policy, build_session  # noqa: E402
+from async_spark.engine.spark import SparkTransport  # noqa: E402
+from async_spark.models.linear import init_params  # noqa: E402
+from async_spark.solvers import TrainConfig, build_model, train_linear  # noqa: E402
+from async_spark.solvers.methods import method as method_row  # noqa: E402
+from async_spark.solvers.worker import LinearTask, TaskArgs, sample_rows  # noqa: E402
 
 PAIRS = {"saga": "asaga", "sgd": "asgd"}
 
@@ -122,9 +136,13 @@ def run_pair(
     budget: float,
     straggler_base: float,
     snapshots: int = 40,
+    reverse: bool = False,
 ):
+    """The synchronous method and its asynchronous counterpart, one after the other (the
+    asynchronous one first when ``reverse``), each for ``budget`` seconds of training."""
     out = {}
-    for method in (sync, PAIRS[sync]):
+    pair = (sync, PAIRS[sync])
+    for method in reversed(pair) if reverse else pair:
         cfg = dataclasses.replace(
             base,
             **{
@@ -137,6 +155,113 @@ def run_pair(
         )
         out[method] = train_linear(cfg, spark=spark, dataset=dataset)
     return out
+
+
+# one repeat's figures of a configuration; over the repeats each is summarized by its median
+FIGURES = (
+    "round_clean",
+    "round_slow",
+    "ceiling",
+    "speedup",
+    "speedup_without_stragglers",
+    "straggler_gain",
+    "gain_of_ceiling",
+    "sync_updates",
+    "async_updates",
+    "async_mean_staleness",
+    "sync_final",
+    "async_final",
+)
+
+
+def run_figures(clean, res, sync: str) -> dict[str, float | None]:
+    """One repeat's figures from its pair without stragglers (``clean``) and with (``res``)."""
+    s, a = res[sync], res[PAIRS[sync]]
+    round_clean, round_slow = round_seconds(clean[sync]), round_seconds(s)
+    speedup = speedup_of(s, a)
+    baseline = speedup_of(clean[sync], clean[PAIRS[sync]])
+    ceiling = round_slow / round_clean
+    gain = speedup / baseline if speedup and baseline else None
+    return {
+        "round_clean": round_clean,
+        "round_slow": round_slow,
+        "ceiling": ceiling,
+        "speedup": speedup,
+        "speedup_without_stragglers": baseline,
+        "straggler_gain": gain,
+        "gain_of_ceiling": None if gain is None else gain / ceiling,
+        "sync_updates": s.updates,
+        "async_updates": a.updates,
+        "async_mean_staleness": a.summary()["mean_staleness"],
+        "sync_final": s.final_objective,
+        "async_final": a.final_objective,
+    }
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """A configuration's figures over its repeats: each figure's median (``None`` when no repeat
+    has it), its ``[min, max]`` under ``<figure>_range`` and the repeats themselves under
+    ``runs``."""
+    out: dict[str, Any] = {"repeats": len(runs)}
+    for key in FIGURES:
+        med, lo, hi, n = median_range(r[key] for r in runs)
+        out[key] = med if n else None
+        out[f"{key}_range"] = [lo, hi] if n else None
+        out[f"{key}_runs_with"] = n
+    out["runs"] = runs
+    return out
+
+
+def _fmt(x: float | None, spec: str = ".2f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def _print_summary(rows: list[dict[str, Any]]) -> None:
+    def span(r, key, spec=".2f"):
+        return format_median_range([run[key] for run in r["runs"]], spec)
+
+    print(f"medians [min, max] of {rows[0]['repeats'] if rows else 0} repeats:")
+    print_table(
+        (
+            "P",
+            "pair",
+            "stragglers",
+            "task ms",
+            "round clean s",
+            "round slow s",
+            "ceiling",
+            "speedup",
+            "no stragglers",
+            "gain",
+            "of ceiling",
+            "sync updates",
+            "async updates",
+            "staleness",
+            "sync final",
+            "async final",
+        ),
+        (
+            (
+                r["P"],
+                r["pair"],
+                r["stragglers"],
+                f"{r['task_seconds'] * 1e3:.1f}",
+                span(r, "round_clean", ".3f"),
+                span(r, "round_slow", ".3f"),
+                span(r, "ceiling"),
+                span(r, "speedup"),
+                span(r, "speedup_without_stragglers"),
+                span(r, "straggler_gain"),
+                span(r, "gain_of_ceiling", ".0%"),
+                span(r, "sync_updates", ".0f"),
+                span(r, "async_updates", ".0f"),
+                span(r, "async_mean_staleness", ".1f"),
+                span(r, "sync_final", ".5f"),
+                span(r, "async_final", ".5f"),
+            )
+            for r in rows
+        ),
+    )
 
 
 def main(argv: list[str] | None = None) -> float:
@@ -167,8 +292,20 @@ def main(argv: list[str] | None = None) -> float:
         "steps differ: a synchronous round may take the larger mini-batch step)",
     )
     ap.add_argument("--l2", type=float, default=1e-4)
-    ap.add_argument("--json", default=None, help="also write the figures to this JSON file")
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="runs of every configuration, the pair's order swapped each time; figures are "
+        "medians with [min, max] (default 3; smoke: 1)",
+    )
+    ap.add_argument(
+        "--json", default=None, help="also write the figures (medians, ranges, runs) to this file"
+    )
     args = ap.parse_args(argv)
+    repeats = args.repeats if args.repeats is not None else (1 if args.smoke else 3)
+    if repeats < 1:
+        ap.error(f"--repeats must be at least 1, got {repeats}")
     calibration_tasks, snapshots = 24, 40
     if args.smoke:
         args.quick = True
@@ -201,57 +338,48 @@ def main(argv: list[str] | None = None) -> float:
                 seed=0,
             )
             for sync in methods:
+                pair = f"{PAIRS[sync]}/{sync}"
                 cal_cfg = dataclasses.replace(base, **{"method": sync})
                 task_s = dedicated_core_task_seconds(
                     spark.sparkContext, *dataset, cal_cfg, tasks=calibration_tasks
                 )
-                clean = run_pair(spark, dataset, base, sync, "none", budget, task_s, snapshots)
-                round_clean = round_seconds(clean[sync])
-                baseline = speedup_of(clean[sync], clean[PAIRS[sync]])
+                runs: dict[str, list[dict[str, Any]]] = {model: [] for model in models}
+                for rep in range(repeats):
+                    reverse = rep % 2 == 1  # swap the pair's order: drift hits both alike
+                    clean = run_pair(
+                        spark, dataset, base, sync, "none", budget, task_s, snapshots, reverse
+                    )
+                    for model in models:
+                        res = run_pair(
+                            spark, dataset, base, sync, model, budget, task_s, snapshots, reverse
+                        )
+                        r = run_figures(clean, res, sync)
+                        runs[model].append(r)
+                        print(
+                            f"[{rep + 1}/{repeats}] P={P:3d} {pair:11s} {model:14s} "
+                            f"task={task_s * 1e3:5.1f}ms round {r['round_clean']:.3f}->"
+                            f"{r['round_slow']:.3f}s ceiling={r['ceiling']:5.2f} "
+                            f"speedup={_fmt(r['speedup']):>5s} (no stragglers "
+                            f"{_fmt(r['speedup_without_stragglers'])}; gain "
+                            f"{_fmt(r['straggler_gain'])} = {_fmt(r['gain_of_ceiling'], '.0%')} "
+                            f"of ceiling) updates {r['sync_updates']}/{r['async_updates']} "
+                            f"staleness {r['async_mean_staleness']:.1f} final "
+                            f"{r['sync_final']:.5f}/{r['async_final']:.5f}",
+                            flush=True,
+                        )
                 for model in models:
-                    res = run_pair(spark, dataset, base, sync, model, budget, task_s, snapshots)
-                    s, a = res[sync], res[PAIRS[sync]]
-                    round_slow = round_seconds(s)
-                    speedup = speedup_of(s, a)
-                    ceiling = round_slow / round_clean
-                    gain = speedup / baseline if speedup and baseline else None
                     rows.append(
                         {
                             "P": P,
-                            "pair": f"{PAIRS[sync]}/{sync}",
+                            "pair": pair,
                             "stragglers": model,
                             "task_seconds": task_s,
-                            "round_clean": round_clean,
-                            "round_slow": round_slow,
-                            "ceiling": ceiling,
-                            "speedup": speedup,
-                            "speedup_without_stragglers": baseline,
-                            "straggler_gain": gain,
-                            "gain_of_ceiling": None if gain is None else gain / ceiling,
-                            "sync_updates": s.updates,
-                            "async_updates": a.updates,
-                            "async_mean_staleness": a.summary()["mean_staleness"],
-                            "sync_final": s.final_objective,
-                            "async_final": a.final_objective,
+                            **summarize(runs[model]),
                         }
-                    )
-                    r = rows[-1]
-
-                    def fmt(x, spec=".2f"):
-                        return "-" if x is None else format(x, spec)
-
-                    print(
-                        f"P={P:3d} {r['pair']:11s} {model:14s} task={task_s * 1e3:5.1f}ms "
-                        f"round {round_clean:.3f}->{round_slow:.3f}s ceiling={ceiling:5.2f} "
-                        f"speedup={fmt(speedup):>5s} (no stragglers {fmt(baseline)}; "
-                        f"gain {fmt(gain)} = {fmt(r['gain_of_ceiling'], '.0%')} of ceiling) "
-                        f"updates {s.updates}/{a.updates} staleness "
-                        f"{r['async_mean_staleness']:.1f} final "
-                        f"{s.final_objective:.5f}/{a.final_objective:.5f}",
-                        flush=True,
                     )
     finally:
         spark.stop()
+    _print_summary(rows)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
     headline = [
@@ -260,6 +388,11 @@ def main(argv: list[str] | None = None) -> float:
         if r["P"] == partitions[0] and r["stragglers"] == "cloud" and r["pair"].startswith("asaga")
     ]
     value = headline[0]["speedup"] if headline and headline[0]["speedup"] else float("nan")
+    if headline:
+        print(
+            f"asaga/saga, cloud, P={partitions[0]}: speedup "
+            f"{format_median_range([r['speedup'] for r in headline[0]['runs']], '.3f')}"
+        )
     print(f"RESULT asaga_speedup_cloud {value:.3f}")
     return value
 
