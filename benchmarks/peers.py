@@ -421,6 +421,7 @@ class Race:
         momentum: float | None = None,
         stragglers: str = "none",
         budget: float | None = None,
+        transport: str = "resident",
     ) -> Outcome:
         spec = self.spec
         budget = budget or spec.budget
@@ -433,6 +434,7 @@ class Race:
             time_budget=budget,
             eval_every=budget / 200.0,
             stragglers=stragglers,
+            transport=transport,
             quiet=True,
         )
         if step is not None:
@@ -450,7 +452,8 @@ class Race:
             counts[t] = None if hit is None else hit[1]
         secs = [rec["seconds"] for rec in r.trace if rec.get("accepted", True) and rec["version"]]
         per = (secs[-1] - secs[0]) / (len(secs) - 1) if len(secs) > 1 else None
-        label = f"ours {method}" + ("" if step is None else f" step {step:.3g}")
+        label = f"ours {method}" + ("" if transport == "resident" else f" ({transport})")
+        label += "" if step is None else f" step {step:.3g}"
         return Outcome(
             label,
             kind,
@@ -696,7 +699,7 @@ def run_dataset(args: Any, spec: Data, spark: Any, tmp: str) -> DatasetResult:
             f"l2={spec.l2:g} l1={spec.l1:g} (data and raw F*: {time.perf_counter() - t0:.0f}s)",
             flush=True,
         )
-        for std in (True, False) if args.check_peers else ():
+        for std in (True, False) if args.check_peers and not args.ours_only else ():
             gap = race.ml_converged(std)
             print(f"  pyspark.ml standardization={std} at tol 1e-12: rel gap {gap:.1e} on its own")
         methods = [m for m in args.methods if not (spec.l1 and m in ("ag", "aag", "hb", "ahb"))]
@@ -705,13 +708,20 @@ def run_dataset(args: Any, spec: Data, spark: Any, tmp: str) -> DatasetResult:
         for m in methods:  # warm-up: blocks into the workers, first jobs of each kind
             race.ours(m, budget=warm)
             base[m] = tune_race.ours(m, budget=warm).extra  # the default step on the tuning copy
-        race.ml_warm()
+        if not args.ours_only:
+            race.ml_warm()
 
         # defaults vs defaults, unthrottled
         cond = "unthrottled"
         ours = {m: race.ours(m) for m in methods}
-        lb = race.ml(True)
-        peers = [lb, race.ml(False), race.mllib(), race.sklearn("saga"), race.sklearn("lbfgs")]
+        for transport in args.transports[1:]:  # the same defaults on the other transport(s)
+            ours.update({f"{m} ({transport})": race.ours(m, transport=transport) for m in methods})
+        lb = None if args.ours_only else race.ml(True)
+        peers = (
+            []
+            if args.ours_only
+            else [lb, race.ml(False), race.mllib(), race.sklearn("saga"), race.sklearn("lbfgs")]
+        )
         peers_d = [p for p in peers if p is not None]
         res.ours_default[cond], res.lbfgs_default[cond] = ours, lb
         res.defaults[cond] = [*ours.values(), *peers_d]
@@ -723,7 +733,7 @@ def run_dataset(args: Any, spec: Data, spark: Any, tmp: str) -> DatasetResult:
         # tuned vs tuned: grids on the tuning copy, winners scored
         tuned: dict[str, Outcome] = {}
         winners: dict[str, Any] = {}
-        for m in methods:
+        for m in methods if args.grid else []:  # --grid 0: defaults only
             points = [(base[m]["step"] * x, base[m]["beta"]) for x in OUR_STEP_MULTIPLIERS]
             won = tune(points, lambda p, m=m: tune_race.ours(m, *p), args.targets, args.grid)
             if won is not None:
@@ -737,7 +747,7 @@ def run_dataset(args: Any, spec: Data, spark: Any, tmp: str) -> DatasetResult:
             ("lbfgs", list(SKLEARN_TOLS), lambda r, p: r.sklearn("lbfgs", p)),
         ]
         tuned_peers = []
-        for key, points, fn in grid_peers:
+        for key, points, fn in [] if args.ours_only or not args.grid else grid_peers:
             won = tune(points, lambda p, fn=fn: fn(tune_race, p), args.targets, args.grid)
             if won is not None:
                 winners[key] = won[0]
@@ -747,7 +757,7 @@ def run_dataset(args: Any, spec: Data, spark: Any, tmp: str) -> DatasetResult:
         res.tuned[cond] = [*tuned.values(), *tuned_peers]
 
         # one throttled executor, and the slow-executor model (ours only)
-        if args.throttle and spec.n >= args.conditions_min_n:
+        if args.throttle and spec.n >= args.conditions_min_n and not args.ours_only:
             throttled_runs(args, res, race, methods, winners)
         if args.slow_executor and spec.n >= args.conditions_min_n:
             cond = f"slow-executor:{args.slow_factor:g} (ours only)"
@@ -806,7 +816,7 @@ def spark_data(spark: Any, X: Any, y: np.ndarray, P: int, tmp: str) -> tuple[Any
         from sklearn.datasets import dump_svmlight_file
 
         path = os.path.join(tmp, "data.libsvm")
-        dump_svmlight_file(X, y, path)
+        dump_svmlight_file(X, y, path, zero_based=False)  # Spark reads one-based indices
         df = spark.read.format("libsvm").option("numFeatures", X.shape[1]).load(path)
     else:
         n, d = X.shape
@@ -921,6 +931,17 @@ def main(argv: list[str] | None = None) -> tuple[float, float]:
         action="store_false",
         help="skip fitting pyspark.ml to tol 1e-12 to check the objective table (smoke skips it)",
     )
+    ap.add_argument(
+        "--ours-only",
+        action="store_true",
+        help="our methods only (defaults and step grid): the defaults check, no peers",
+    )
+    ap.add_argument(
+        "--transports",
+        default="resident",
+        help="ours at defaults on these transports (comma list; the first is tuned): "
+        "resident,jobs reruns the defaults table on both",
+    )
     ap.add_argument("--duty", type=float, default=0.5)
     ap.add_argument("--period", type=float, default=0.1)
     ap.add_argument("--slow-factor", type=float, default=2.0)
@@ -938,6 +959,9 @@ def main(argv: list[str] | None = None) -> tuple[float, float]:
         suite = [Data(**{**d.__dict__, "budget": args.budget}) for d in suite]
     default_methods = {"smoke": "asaga", "quick": "asaga,aag", "full": "asaga,saga,asgd,aag,ag"}
     args.methods = (args.methods or default_methods[mode]).split(",")
+    args.transports = args.transports.split(",")
+    if args.transports[0] != "resident" or not set(args.transports) <= {"resident", "jobs"}:
+        raise SystemExit("--transports: resident first, then optionally jobs")
     args.targets = sorted((float(x) for x in args.targets.split(",")), reverse=True)
     if args.smoke:
         args.master, args.throttle, args.slow_executor = "local[2]", False, False
