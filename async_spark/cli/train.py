@@ -111,8 +111,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--batch-fraction",
         type=parse_float,
-        default=0.1,
-        help="b in (0, 1]: fraction of its block a task samples",
+        default=None,
+        help="b in (0, 1]: fraction of its block a task samples (default: 0.1 for saga/asaga, "
+        "1 (the whole block) for the other methods; docs/steps.md)",
     )
     p.add_argument(
         "--partitions",

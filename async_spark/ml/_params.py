@@ -253,8 +253,11 @@ class _AsyncLinearParams(_PredictorParams, HasRegParam, HasElasticNetParam, HasS
     batchFraction: Param[float] = Param(
         Params._dummy(),
         "batchFraction",
-        "fraction in (0, 1] of its block that one task samples.",
-        typeConverter=_checked("batch_fraction", _to_float, check_fraction),
+        "fraction in (0, 1] of its block that one task samples (0.0 = the method's default: "
+        "0.1 for saga/asaga, 1.0 for the others).",
+        typeConverter=_checked(
+            "batch_fraction", _to_float, check_fraction, unset=(0.0, "the method's default")
+        ),
     )
     numPartitions: Param[int] = Param(
         Params._dummy(),
@@ -343,7 +346,7 @@ class _AsyncLinearParams(_PredictorParams, HasRegParam, HasElasticNetParam, HasS
             standardization=True,
             maxUpdates=1000,
             timeBudget=0.0,
-            batchFraction=0.1,
+            batchFraction=0.0,
             numPartitions=0,
             beta=0.0,
             tau=-1,
@@ -431,7 +434,7 @@ class _AsyncLinearParams(_PredictorParams, HasRegParam, HasElasticNetParam, HasS
             penalty_on="standardized" if self.getStandardization() else "original",
             step="auto" if step == 0.0 else step,
             momentum=momentum,
-            batch_fraction=self.getBatchFraction(),
+            batch_fraction=self.getBatchFraction() or None,
             beta=None if beta == 0.0 else beta,
             tau=None if tau < 0 else tau,
             stragglers=self.getStragglers(),

@@ -73,7 +73,9 @@ class TrainConfig:
     step_rule: str | None = None  # default: constant (saga; sgd with an automatic step), sqrt
     momentum: float | None = None  # beta for hb/ag/apg with an explicit --step
     momentum_damping: float = 0.0  # beta / (1 + c * staleness) for asynchronous momentum
-    batch_fraction: float = 0.1
+    # the fraction of its block a task samples; None: the method's default (0.1 for SAGA, the
+    # whole block for the others: methods.DEFAULT_BATCH_FRACTION)
+    batch_fraction: float | None = None
     # P, the number of blocks; None: the session's task slots (Spark's default parallelism, so no
     # more blocks than tasks can run at once unless asked), 8 for an in-process run
     partitions: int | None = None
@@ -125,7 +127,8 @@ class TrainConfig:
                     f"applies to the methods without momentum, not {escape(str(self.method))}",
                 )
         self._validate_momentum()
-        check_fraction("batch_fraction", self.batch_fraction)
+        if self.batch_fraction is not None:
+            check_fraction("batch_fraction", self.batch_fraction)
         if self.partitions is not None:
             check_int("partitions", self.partitions, 1)
         if self.num_features is not None:
@@ -229,6 +232,12 @@ class TrainConfig:
         from async_spark.engine.connect import default_parallelism
 
         return dataclasses.replace(self, partitions=default_parallelism(spark))
+
+    def for_method(self) -> TrainConfig:
+        """This config with ``batch_fraction`` set: as given, else the method's default."""
+        if self.batch_fraction is not None:
+            return self
+        return dataclasses.replace(self, batch_fraction=METHODS[self.method].family.batch_fraction)
 
     def open_data(self) -> tuple[Any, Any]:
         """The run's dataset as ``(BlockSource, DatasetDescriptor)`` (see ``open_dataset``);

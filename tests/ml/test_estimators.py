@@ -262,7 +262,11 @@ BAD_PARAMS = [
     ({"stepSize": "fast"}, TypeError, "stepSize must be a number or 'auto'"),
     ({"momentum": 1.0}, ParamValueError, r"momentum must be in \[0, 1\)"),
     ({"maxUpdates": 0}, ParamValueError, "maxUpdates must be an integer >= 1"),
-    ({"batchFraction": 0.0}, ParamValueError, "batchFraction must be a finite number > 0"),
+    (
+        {"batchFraction": -0.5},
+        ParamValueError,
+        r"batchFraction must be a finite number > 0.*\(or 0.0 for the method's default",
+    ),
     ({"batchFraction": 1.5}, ParamValueError, r"batchFraction must be in \(0, 1\]"),
     ({"beta": 2.0}, ParamValueError, r"beta is not valid: beta \(partial barrier\) must be in \("),
     (

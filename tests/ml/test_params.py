@@ -67,7 +67,7 @@ SAME_CHECK = [
     ("regParam", -1.0, {"l2": -1.0}),
     ("maxUpdates", 0, {"max_updates": 0}),
     ("timeBudget", -1.0, {"time_budget": -1.0}),
-    ("batchFraction", 0.0, {"batch_fraction": 0.0}),
+    ("batchFraction", -0.5, {"batch_fraction": -0.5}),
     ("batchFraction", 1.5, {"batch_fraction": 1.5}),
     ("numPartitions", -1, {"partitions": -1}),
     ("beta", 2.0, {"beta": 2.0}),

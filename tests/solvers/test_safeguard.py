@@ -239,7 +239,15 @@ def test_an_automatic_sgd_step_is_halved_on_plateaus_and_gets_closer_than_the_sq
     from async_spark.solvers.methods import method
 
     data = open_dataset("builtin:breast_cancer", 4, standardize=True, loss="logistic")
-    common = dict(data="x", method="sgd", partitions=4, l2=1e-3, quiet=True, max_updates=1500)
+    common = dict(
+        data="x",
+        method="sgd",
+        partitions=4,
+        l2=1e-3,
+        quiet=True,
+        max_updates=1500,
+        batch_fraction=0.1,
+    )
     default = train_linear(TrainConfig(**common), dataset=data)
     old = train_linear(TrainConfig(step_safeguard=False, **common), dataset=data)
     whys = [c["why"] for c in default.step_safeguard["changes"]]
@@ -250,14 +258,24 @@ def test_an_automatic_sgd_step_is_halved_on_plateaus_and_gets_closer_than_the_sq
         default.final_objective,
         old.final_objective,
     )
-    sgd, saga = method("sgd").family, method("saga").family
+    sgd, asgd, saga = method("sgd"), method("asgd"), method("saga")
     assert decays(TrainConfig(**common), sgd)
     assert not decays(TrainConfig(**common), saga)  # variance-reduced: no noise ball
     assert not decays(TrainConfig(step=0.1, **common), sgd)  # an explicit step
     assert not decays(TrainConfig(step_rule="sqrt", **common), sgd)  # an explicit rule
     assert not decays(TrainConfig(step_safeguard=False, **common), sgd)
-    # whole blocks: no sampling noise, no ball (a full-gradient AG must not be slowed)
-    assert not decays(TrainConfig(**{**common, "batch_fraction": 1.0}), sgd)
+    # a synchronous round of whole blocks is the full gradient: no ball (a full-gradient AG must
+    # not be slowed), and SGD's default whole block is such a round
+    whole = {**common, "batch_fraction": 1.0}
+    assert not decays(TrainConfig(**whole), sgd)
+    assert not decays(TrainConfig(**{**common, "batch_fraction": None}), sgd)
+    # one block's exact gradient per update still leaves ASGD in the blocks' spread: it decays
+    assert decays(TrainConfig(**{**whole, "method": "asgd"}), asgd)
+    assert decays(TrainConfig(**{**common, "batch_fraction": None, "method": "asgd"}), asgd)
+    # ... but not an asynchronous momentum method's stale swing, which halving only slows
+    aag = method("aag")
+    assert not decays(TrainConfig(**{**whole, "method": "aag"}), aag)
+    assert decays(TrainConfig(**{**common, "method": "aag"}), aag)  # sampled rows: a ball
 
 
 def test_an_explicit_step_is_never_raised():
