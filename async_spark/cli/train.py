@@ -52,8 +52,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         "--standardize",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="train on columns scaled to unit variance (dense data also centered), as pyspark.ml "
-        "does; model.npz holds the weights for the raw columns either way",
+        help="train on columns scaled to unit variance and centered (sparse data: implicitly, "
+        "kept sparse), as pyspark.ml does; model.npz holds the weights for the raw columns "
+        "either way",
     )
     p.add_argument(
         "--penalty-on",

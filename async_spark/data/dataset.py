@@ -166,8 +166,8 @@ def open_dataset(
         d. LIBSVM: indices must lie in ``[1, d]``; None infers ``d`` = the largest index
         (during the scan). Parquet: every vector must have this size.
     standardize : bool
-        Scale columns to unit variance (and center them when dense); see
-        :mod:`async_spark.data.transform` for why sparse data is not centered.
+        Scale columns to unit variance and center them (sparse data: implicitly, through the
+        model, see :mod:`async_spark.data.transform`).
     loss : {"logistic", "squares", "softmax"} or None
         Validate and map labels for this loss (see :mod:`async_spark.data.transform`).
     dense : bool or None
@@ -294,14 +294,17 @@ def describe_scanned(
     loss: str | None,
     where: str,
     rescan: Callable[[BlockSource], ScanResult] = scan_blocks,
+    implicit_center: bool = True,
 ) -> tuple[BlockSource, DatasetDescriptor]:
     """The tail of :func:`open_dataset`, shared by every kind of source once it is scanned: map
     the labels for ``loss``, check that the model fits, standardize (the column scales from the
-    scan's moments; ``rescan`` measures the standardized rows' norms) and describe the result."""
+    scan's moments; ``rescan`` measures the standardized rows' norms) and describe the result.
+    Standardized sparse columns are centered implicitly (``TransformedSource.center``) unless
+    ``implicit_center`` is False (a rescan that measures the rows uncentered)."""
     final_sparse = sparse
     classes = label_mapping(loss, scan.labels, where)
     _check_model_fits(source, d, len(classes) if loss == "softmax" and classes else 1, where)
-    mean = scale = None
+    mean = scale = center = None
     if standardize:
         if scan.mean is None or scan.m2 is None:
             raise DataError(f"{where}: empty input")
@@ -312,10 +315,12 @@ def describe_scanned(
         std = np.sqrt(np.maximum(q / scan.count, 0.0))
         scale = np.where(std > 0, std, 1.0)
         mean = None if final_sparse else m
+        if final_sparse and implicit_center:
+            center = m / scale
     identity = classes is not None and classes == tuple(float(k) for k in range(len(classes)))
     label_map = None if identity else classes
     if label_map is not None or scale is not None:
-        source = TransformedSource(source, label_map, mean, scale)
+        source = TransformedSource(source, label_map, mean, scale, center)
     max_norm = scan.max_row_norm_sq
     nnz = scan.nnz
     if standardize:

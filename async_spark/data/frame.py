@@ -464,6 +464,7 @@ def open_frame(
         out, desc = describe_scanned(
             source,
             scan,
+            implicit_center=False,  # the executors' rescan measures the rows as scaled only
             d=int(scan.width),
             sparse=source.sparse,
             standardize=standardize,

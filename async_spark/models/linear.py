@@ -127,6 +127,15 @@ class LinearModel:
         + \\lambda_1 \\sum |W_{kj}|/s_j`. Set it to the standardization's scale when the features
         were divided by it, to penalize the weights of the original columns. Stored as a tuple
         (so models compare and hash); the rules read it as arrays, see :func:`prox_penalty`.
+    center : sequence of d finite floats, optional
+        Implicit centering: the model reads row :math:`x_i` as :math:`x_i - c`, so
+        :math:`z_i = W (x_i - c) + b` and the data gradient is :math:`\\phi_i \\otimes (x_i - c, 1)`,
+        computed as :math:`W x_i - W c` and :math:`X^T\\Phi - c\\,(\\sum_i \\phi_i)^T` without
+        forming the dense matrix :math:`X - 1 c^T`. Standardized sparse data sets it to the
+        columns' scaled means (:mod:`async_spark.data.transform`): with an intercept the
+        objective's minimum is unchanged (only the intercept is reparametrized) and the
+        conditioning is that of centered columns (so it needs ``fit_intercept``). Stored as a
+        tuple, like ``penalty_scale``.
     """
 
     loss: str
@@ -136,6 +145,7 @@ class LinearModel:
     l1: float = 0.0
     fit_intercept: bool = True
     penalty_scale: tuple[float, ...] | None = None
+    center: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.loss not in LOSSES:
@@ -163,6 +173,23 @@ class LinearModel:
                     f"{scale.shape}"
                 )
             object.__setattr__(self, "penalty_scale", tuple(scale.tolist()))
+        if self.center is not None:
+            if not self.fit_intercept:  # the intercept absorbs the shift; without one it does not
+                raise ValueError(
+                    "center needs fit_intercept=True: without an intercept a shift "
+                    "of the columns changes the model"
+                )
+            c = np.asarray(self.center, dtype=np.float64)
+            if c.shape != (d,) or not np.all(np.isfinite(c)):
+                raise ValueError(
+                    f"center must be {d} finite numbers (one per feature), got shape {c.shape}"
+                )
+            object.__setattr__(self, "center", tuple(c.tolist()))
+
+    @functools.cached_property
+    def _center(self) -> np.ndarray | None:
+        """The implicit center as an array (cached: every task's margins read it)."""
+        return None if self.center is None else np.asarray(self.center, dtype=np.float64)
 
     @functools.cached_property
     def _inverse_scale(self) -> np.ndarray | None:
@@ -268,6 +295,14 @@ def _xt_r(X: Any, R: np.ndarray) -> np.ndarray:
     return R.T @ np.asarray(X, dtype=np.float64)
 
 
+def _data_grad(model: LinearModel, X: Any, R: np.ndarray) -> np.ndarray:
+    """:math:`R^T (X - 1 c^T)` -> (K, d): the weights' part of the data gradient."""
+    G = _xt_r(X, R)
+    if model._center is not None:
+        G -= np.outer(R.sum(axis=0), model._center)
+    return G
+
+
 def _as2d(model: LinearModel, r: np.ndarray) -> np.ndarray:
     return r.reshape(-1, model.outputs)
 
@@ -289,6 +324,8 @@ def margins(model: LinearModel, X: Any, theta: np.ndarray) -> np.ndarray:
     if X.shape[1] != model.num_features:
         raise ValueError(f"X has {X.shape[1]} columns, the model {model.num_features} features")
     Z = _xw(X, W) + b
+    if model._center is not None:
+        Z -= W @ model._center  # (x - c) W^T = x W^T - c W^T, X never densified
     return Z if model.loss == "softmax" else Z[:, 0]
 
 
@@ -357,7 +394,7 @@ def gradient_from_scalars(
         raise ValueError(f"scalars has {R.shape[0]} rows, the selection {X.shape[0]}")
     if R.shape[0] == 0:
         return np.zeros(model.num_params)
-    return _pack_grad(model, _xt_r(X, R), R.sum(axis=0))
+    return _pack_grad(model, _data_grad(model, X, R), R.sum(axis=0))
 
 
 def block_gradient_sum(
@@ -369,7 +406,7 @@ def block_gradient_sum(
     if y.size == 0:
         return np.zeros(model.num_params)
     R = _as2d(model, loss_derivatives(model, margins(model, X, theta), y))
-    return _pack_grad(model, _xt_r(X, R), R.sum(axis=0))
+    return _pack_grad(model, _data_grad(model, X, R), R.sum(axis=0))
 
 
 # --- regularizer --------------------------------------------------------------------------------

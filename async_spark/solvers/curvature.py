@@ -21,9 +21,11 @@ def gram_max_eigenvalue(
 ) -> float:
     r""":math:`\lambda_{\max}(\tilde X^T\tilde X/n)` with :math:`\tilde x_i = (x_i, 1)`, by power
     iteration over the blocks (each block read from this process's cache), unless the source
-    measured it where its rows live (``desc.gram_max``: a DataFrame's partitions)."""
+    measured it where its rows live (``desc.gram_max``: a DataFrame's partitions). The rows are
+    read as the model reads them: minus the source's implicit ``center`` when it has one."""
     if desc.gram_max is not None:
         return desc.gram_max[1 if intercept else 0]
+    center = getattr(source, "center", None)
     d = desc.d + (1 if intercept else 0)
     v = np.random.default_rng(seed).standard_normal(d)
     v /= np.linalg.norm(v)
@@ -32,8 +34,12 @@ def gram_max_eigenvalue(
         w = np.zeros(d)
         for p in range(desc.num_blocks):
             X = get_block(source, p).X
-            xv = X @ v[: desc.d] + (v[-1] if intercept else 0.0)
+            xv = np.asarray(X @ v[: desc.d]).ravel() + (v[-1] if intercept else 0.0)
+            if center is not None:
+                xv -= float(center @ v[: desc.d])
             w[: desc.d] += X.T @ xv if not sp.issparse(X) else np.asarray(X.T @ xv).ravel()
+            if center is not None:
+                w[: desc.d] -= center * xv.sum()
             if intercept:
                 w[-1] += xv.sum()
         w /= desc.n

@@ -177,6 +177,7 @@ def build_model(config: TrainConfig, desc: DatasetDescriptor, source: Any = None
         l2=config.l2,
         l1=config.l1,
         penalty_scale=None if scale is None or config.penalty_on != "original" else scale,
+        center=getattr(source, "center", None),  # standardized sparse columns, see data.transform
     )
 
 

@@ -57,12 +57,16 @@ def jsonl_bytes(records: Iterable[dict[str, Any]]) -> bytes:
 
 def original_scale(model: Any, theta: np.ndarray, source: Any) -> tuple[np.ndarray, np.ndarray]:
     r"""Weights ``(K, d)`` and intercepts ``(K,)`` for the raw features of a model trained on
-    standardized ones: with :math:`x' = (x - m)/s` (sparse data: :math:`m = 0`),
-    :math:`w'^T x' + b' = (w'/s)^T x + (b' - (w'/s)^T m)`. A source that standardizes nothing
-    gives the weights as they are."""
+    standardized ones: with :math:`x' = (x - m)/s`, :math:`w'^T x' + b' = (w'/s)^T x + (b' -
+    (w'/s)^T m)` (sparse data, centered implicitly by the model: :math:`b' - w'^T c` with
+    :math:`c = m/s`, the same). A source that standardizes nothing gives the weights as they
+    are."""
     w, b = split_params(model, theta)
     W = np.atleast_2d(np.asarray(w, dtype=np.float64))
     B = np.atleast_1d(np.asarray(b, dtype=np.float64)).copy()
+    center = getattr(source, "center", None)
+    if center is not None:
+        B = B - W @ np.asarray(center)
     scale = getattr(source, "scale", None)
     if scale is not None:
         W = W / np.asarray(scale)[None, :]

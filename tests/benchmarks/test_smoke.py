@@ -8,6 +8,7 @@ must say so and exit 3; with CUDA its smoke must pass.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import math
@@ -48,6 +49,7 @@ SMOKES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "soak.py": (("soak_rss_growth_mb",), ("spark",)),
     "scale.py": (("asaga_speedup_emulated_32",), ()),
     "peers_sweep.py": (("fewest_updates_to_target",), ()),
+    "conditioning.py": (("std_over_raw_kappa_sparse",), ("sklearn",)),
     "hylo_error.py": (("kis_over_kid_error_rho0.1",), ("torch", "mnist1d")),
     "hylo_inverse.py": (("kis_vs_kfac_inverse_speedup",), ("torch",)),
     "hylo_width.py": (("kfac_vs_hylo_epoch_seconds",), ("torch", "mnist1d", "asdl")),
@@ -205,3 +207,37 @@ def test_gpu_check_sections_run_on_cpu_against_cpu():
     assert kernels["ok"] and kernels["max_f64_rel_err"] == 0.0
     precond = gc.check_preconditioner("cpu")
     assert precond["ok"] and precond["max_rel_err"] == 0.0 and len(precond["step_rel_err"]) == 5
+    # under autocast (bfloat16 on a CPU): float32 rows and inverses, the float32 kernels' answer
+    autocast = precond["autocast"]
+    assert autocast["ok"] and autocast["output_dtype"] == "torch.bfloat16"
+    assert set(autocast["dtypes"]) == {"0", "3"} and autocast["max_rel_err"] < 1e-4
+
+
+def test_gpu_check_autocast_fails_when_step_leaves_autocast_on(monkeypatch):
+    """The autocast check's verdict: a step whose algebra runs in half precision fails it."""
+    gc = _gpu_check()
+    from async_spark.hylo import preconditioner
+
+    monkeypatch.setattr(
+        preconditioner.HyLo, "_full_precision", lambda self: contextlib.nullcontext()
+    )
+    result = gc.check_autocast("cpu")
+    assert result["ok"] is False and result["max_rel_err"] >= 1e-4, result
+
+
+def test_gpu_check_autoencoder_epoch_runs_every_optimizer_on_cpu():
+    """One autoencoder epoch per optimizer, as on the GPU, at a width a CPU runs in seconds."""
+    gc = _gpu_check()
+    pytest.importorskip("sklearn")
+    have_asdl = importlib.util.find_spec("asdl") is not None
+    out = gc.check_autoencoder("cpu", width=32, threads=1)
+    assert out["ok"], out
+    assert out["data"] == "builtin:digits" and out["width"] == 32
+    assert set(gc.AUTOENCODER_OPTIMIZERS) == {"hylo", "kis", "kid", "kfac", "smw", "sgd", "adam"}
+    for opt in gc.AUTOENCODER_OPTIMIZERS:
+        if opt in ("kfac", "smw") and not have_asdl:
+            assert out[opt]["skipped"]
+            continue
+        run = out[opt]
+        assert not run["diverged"] and len(run["train_loss"]) == 2, (opt, run)
+        assert run["train_loss"][-1] < 784 * math.log(2.0) and run["train_seconds"] > 0

@@ -196,6 +196,39 @@ def test_standardize_dense_and_sparse(tmp_path) -> None:
     np.testing.assert_allclose(Xs2, expect, rtol=1e-12)
 
 
+def test_standardized_sparse_columns_are_centered_implicitly(tmp_path) -> None:
+    """The blocks stay sparse and scaled; the source's ``center`` (mean / std) is what the model
+    subtracts, and the step's constants are those of the centered rows: the largest squared row
+    norm and the Gram's largest eigenvalue of ``(X - 1 m^T) / s`` with the intercept's column."""
+    from async_spark.models.linear import LinearModel, split_params
+    from async_spark.solvers.curvature import gram_max_eigenvalue
+    from async_spark.solvers.outputs import original_scale
+
+    rng = np.random.default_rng(9)
+    X = (rng.random((60, 5)) < 0.3) * rng.uniform(0.5, 3.0, (60, 5))
+    X[:, 4] = 0.0  # an empty column: std 0, left unscaled, center 0
+    y = rng.integers(0, 2, 60)
+    src, desc = open_dataset((sp.csr_matrix(X), y), 3, staging_dir=str(tmp_path), standardize=True)
+    Xs, _, blocks = _concat(src, 3)
+    assert sp.issparse(blocks[0].X)
+    std = X.std(axis=0)
+    scale = np.where(std > 0, std, 1.0)
+    np.testing.assert_allclose(Xs, X / scale, rtol=1e-12)  # scaled, zeros kept
+    np.testing.assert_allclose(src.center, X.mean(axis=0) / scale, rtol=1e-12)
+    Z = X / scale - src.center  # the rows as the model reads them: standardized
+    np.testing.assert_allclose(Z.mean(axis=0), 0.0, atol=1e-12)
+    assert desc.max_row_norm_sq == pytest.approx((Z**2).sum(axis=1).max(), rel=1e-12)
+    Zt = np.hstack([Z, np.ones((60, 1))])
+    lam = np.linalg.eigvalsh(Zt.T @ Zt / 60)[-1]
+    assert gram_max_eigenvalue(src, desc, tol=1e-12, iters=500) == pytest.approx(lam, rel=1e-8)
+    # raw-scale coefficients: the same margins on the raw rows as the model's on its own
+    model = LinearModel("logistic", 5, center=src.center)
+    theta = np.random.default_rng(1).standard_normal(6)
+    W, B = original_scale(model, theta, src)
+    w, b = split_params(model, theta)
+    np.testing.assert_allclose(X @ W[0] + B[0], Z @ w + b, atol=1e-12)
+
+
 def test_softmax_label_mapping(tmp_path) -> None:
     X = np.eye(6)
     y = np.array([3, 1, 2, 3, 1, 2])

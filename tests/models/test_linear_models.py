@@ -147,6 +147,45 @@ def test_dense_and_sparse_paths_agree(loss, K, fit) -> None:
 
 
 @pytest.mark.parametrize("loss, K, fit", CASES)
+def test_an_implicit_center_reads_every_row_minus_the_center(loss, K, fit) -> None:
+    """``center`` on a CSR block gives the losses, gradients and scalars of the dense matrix
+    ``X - 1 c^T`` (the plain loop on it is the reference); the CSR block is never densified."""
+    X, y = _data(loss, K, rows=40)
+    c = np.random.default_rng(5).standard_normal(X.shape[1])
+    if not fit:  # without an intercept to absorb it, a shift would change the model
+        with pytest.raises(ValueError, match="center needs fit_intercept=True"):
+            LinearModel(loss, 6, K, fit_intercept=False, center=c)
+        return
+    centered = LinearModel(loss, 6, K, l2=0.3, center=c)
+    theta = _theta(centered)
+    csr = Block(sp.csr_matrix(X), y, 0)
+    total, grad = _loop_loss_and_grad(centered, X - c, y, theta)
+    assert block_loss_sum(centered, csr, theta) == pytest.approx(total, rel=1e-12)
+    np.testing.assert_allclose(block_gradient_sum(centered, csr, theta), grad, atol=1e-11)
+    plain = _model(loss, K, fit)
+    shifted = Block(X - c, y, 0)
+    rows = np.array([0, 3, 4, 21, 39])
+    for r in (None, rows):
+        scalars = sample_scalars(centered, csr, theta, r)
+        np.testing.assert_allclose(scalars, sample_scalars(plain, shifted, theta, r), atol=1e-12)
+        np.testing.assert_allclose(
+            gradient_from_scalars(centered, csr, scalars, r),
+            gradient_from_scalars(plain, shifted, scalars, r),
+            atol=1e-11,
+        )
+    assert centered.center == tuple(c.tolist()) and hash(centered)  # compares and hashes
+    # a center moves the margins: without it the same CSR block gives other losses
+    assert abs(block_loss_sum(plain, csr, theta) - total) > 1e-6
+
+
+def test_a_center_of_the_wrong_length_is_refused() -> None:
+    with pytest.raises(ValueError, match="center must be 6 finite numbers"):
+        LinearModel("logistic", 6, center=np.zeros(5))
+    with pytest.raises(ValueError, match="center must be 6 finite numbers"):
+        LinearModel("logistic", 6, center=[0.0] * 5 + [np.nan])
+
+
+@pytest.mark.parametrize("loss, K, fit", CASES)
 def test_glm_trick_rebuilds_gradients(loss, K, fit) -> None:
     X, y = _data(loss, K)
     model = _model(loss, K, fit)

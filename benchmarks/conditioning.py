@@ -1,0 +1,137 @@
+"""How hard each dataset of the race is for a first-order method: the condition number of the
+objective in the coordinates a run trains in.
+
+For each dataset of ``peers.py``'s suites (binary logistic; softmax data as its one-vs-rest
+bound) and each of three coordinate systems, it prints
+
+* ``L = lambda_max(X~^T X~ / n) / 4 + l2`` with ``x~ = (x, 1)`` (logistic curvature 1/4), the
+  smoothness that bounds a whole-block (gradient descent, Nesterov) step,
+* ``L_max = max ||x~_i||^2 / 4 + l2``, the one-row smoothness that bounds SAGA's step,
+* ``kappa = L / l2`` (the iterations per e-fold of gradient descent; Nesterov: its square root)
+  and ``kappa_max = L_max / l2`` (SAGA's per-row term),
+
+in: ``raw`` (the user's columns), ``std`` (the columns divided by their population standard
+deviation and, for dense data only, centered: what the library trains on by default; sparse
+data is scaled without centering) and ``std-centered`` (sparse data scaled *and* implicitly
+centered, the matrix ``(X - 1 m^T) S^-1`` applied without forming it). The penalty is the
+default one, on the coordinates trained (``std-pop`` of peers.py). Nothing here is timed.
+
+Last line: ``RESULT std_over_raw_kappa_sparse <kappa(std) / kappa(raw)>`` for the sparse
+dataset of the suite (smoke: a small sparse problem).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.linalg import LinearOperator, eigsh
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peers  # noqa: E402
+from _common import print_table  # noqa: E402
+
+CURVATURE = 0.25  # logistic loss: phi'' <= 1/4
+
+
+def _gram_operator(X: Any, mean: np.ndarray, scale: np.ndarray, center: bool) -> LinearOperator:
+    """``v -> X~^T X~ v / n`` for ``X~ = ((X - 1 m^T) S^-1, 1)`` (``m = 0`` unless ``center``)."""
+    n, d = X.shape
+    m = mean / scale if center else np.zeros(d)
+
+    def matvec(v: np.ndarray) -> np.ndarray:
+        w, b = v[:d] / scale, v[d]
+        z = np.asarray(X @ w).ravel() - m @ (v[:d]) + b
+        g = np.asarray(X.T @ z).ravel() / scale - m * z.sum()
+        return np.concatenate([g, [z.sum()]]) / n
+
+    return LinearOperator((d + 1, d + 1), matvec=matvec, dtype=np.float64)
+
+
+def _max_row_norm_sq(X: Any, mean: np.ndarray, scale: np.ndarray, center: bool) -> float:
+    if sp.issparse(X):
+        Xs = X @ sp.diags(1.0 / scale)
+        sq = np.asarray(Xs.multiply(Xs).sum(axis=1)).ravel()
+        if center:  # ||x/s - m/s||^2 = ||x/s||^2 - 2 (x/s).(m/s) + ||m/s||^2
+            ms = mean / scale
+            sq = sq - 2.0 * np.asarray(Xs @ ms).ravel() + float(ms @ ms)
+    else:
+        Z = (X - mean) / scale if center else X / scale
+        sq = np.einsum("ij,ij->i", Z, Z)
+    return float(sq.max()) + 1.0  # the intercept's column of ones
+
+
+def conditioning(X: Any, l2: float) -> dict[str, dict[str, float]]:
+    """``{coordinates: {L, L_max, kappa, kappa_max}}`` of the logistic objective on ``X``."""
+    n, d = X.shape
+    if sp.issparse(X):
+        mean = np.asarray(X.mean(axis=0)).ravel()
+        var = np.asarray(X.multiply(X).mean(axis=0)).ravel() - mean * mean
+    else:
+        mean, var = X.mean(axis=0), X.var(axis=0)
+    std = np.sqrt(np.maximum(var, 0.0))
+    std = np.where(std > 0, std, 1.0)
+    ones = np.ones(d)
+    systems = {"raw": (np.zeros(d), ones, False)}
+    if sp.issparse(X):
+        systems["std"] = (mean, std, False)  # what the library trains on: scaled, not centered
+        systems["std-centered"] = (mean, std, True)
+    else:
+        systems["std"] = (mean, std, True)
+    out = {}
+    for name, (m, s, center) in systems.items():
+        lam = float(
+            eigsh(_gram_operator(X, m, s, center), k=1, which="LA", return_eigenvectors=False)[0]
+        )
+        L = CURVATURE * lam + l2
+        L_max = CURVATURE * _max_row_norm_sq(X, m, s, center) + l2
+        out[name] = {"L": L, "L_max": L_max, "kappa": L / l2, "kappa_max": L_max / l2}
+    return out
+
+
+def main(argv: list[str] | None = None) -> float:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="the quick suite of peers.py")
+    ap.add_argument("--smoke", action="store_true", help="seconds: two tiny datasets")
+    ap.add_argument("--datasets", default=None, help="names of the suite (comma list)")
+    args = ap.parse_args(argv)
+    mode = "smoke" if args.smoke else "quick" if args.quick else "full"
+    every = {d.name: d for s in peers.SUITES.values() for d in s}
+    if args.datasets:
+        suite = [every[n] for n in args.datasets.split(",")]
+    elif args.smoke:
+        small = peers.Data("sparse-2e3", "sparse", 2000, 1000, 1e-3, 1.0, nnz=20)
+        suite = [peers.SUITES["smoke"][0], small]
+    else:
+        suite = peers.SUITES[mode]
+    rows = []
+    ratio = math.nan
+    for spec in suite:
+        X, _ = peers.make_data(spec, peers.SCORE_SEED)
+        found = conditioning(X, spec.l2)
+        for name, c in found.items():
+            rows.append(
+                [
+                    spec.name,
+                    name,
+                    f"{c['L']:.3g}",
+                    f"{c['L_max']:.3g}",
+                    f"{c['kappa']:.3g}",
+                    f"{math.sqrt(c['kappa']):.3g}",
+                    f"{c['kappa_max']:.3g}",
+                ]
+            )
+        if sp.issparse(X):
+            ratio = found["std"]["kappa"] / found["raw"]["kappa"]
+    print_table(["dataset", "coordinates", "L", "L_max", "kappa", "sqrt(kappa)", "kappa_max"], rows)
+    print(f"RESULT std_over_raw_kappa_sparse {ratio:.3f}")
+    return ratio
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
