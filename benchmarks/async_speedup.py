@@ -288,8 +288,9 @@ def main(argv: list[str] | None = None) -> float:
         "--step",
         type=float,
         default=0.5,
-        help="one constant step for both methods of a pair, as ASYNC ran them (the automatic "
-        "steps differ: a synchronous round may take the larger mini-batch step)",
+        help="one step for both methods of a pair, as ASYNC ran them (SAGA's rule constant, "
+        "SGD's gamma/sqrt(k); the automatic steps differ: a synchronous round may take the "
+        "larger mini-batch step)",
     )
     ap.add_argument("--l2", type=float, default=1e-4)
     ap.add_argument(
@@ -334,6 +335,7 @@ def main(argv: list[str] | None = None) -> float:
                 partitions=P,
                 l2=args.l2,
                 batch_fraction=args.batch_fraction,
+                step=args.step,  # one step for both methods of a pair (SGD's rule: sqrt, ASYNC's)
                 quiet=True,
                 seed=0,
             )
