@@ -5,7 +5,8 @@
 * :func:`layer_inputs` / :func:`layer_output_grads` -- the rows a_i and g_i of one batch (a
   Conv2d's unfolded patches averaged over the output positions, its output gradients summed
   over them, so that g_i a_i^T approximates the per-sample weight gradient; half-precision rows,
-  as autocast or a bfloat16 model produce them, are captured in float32);
+  as autocast or a bfloat16 model produce them, are captured in float32; an unbatched call is
+  a batch of one, :func:`batched`);
 * :func:`grad_matrix` / :func:`write_grad` -- a layer's gradient as one d_out x d_in matrix (bias
   as the last column) and back;
 * :class:`Layer` -- what the preconditioner keeps per layer, and :class:`Capture` -- one inverse
@@ -14,6 +15,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +29,7 @@ from . import kernels
 __all__ = [
     "Capture",
     "Layer",
+    "batched",
     "grad_matrix",
     "layer_inputs",
     "layer_output_grads",
@@ -139,6 +142,7 @@ class Layer:
     d_in: int
     d_out: int
     skipped: str | None = None  # why this layer stopped being preconditioned (logged once)
+    frozen: bool = False  # its weight's requires_grad was False at the last check
     pending: int = 0  # forward calls at a capture step whose output gradient has not come
     A: Tensor | None = None  # captured local factors of the current update step
     G: Tensor | None = None
@@ -171,8 +175,21 @@ def _capture_dtype(t: Tensor) -> Tensor:
     return t if t.dtype in (torch.float32, torch.float64) else t.float()
 
 
+def batched(module: nn.Module, t: Tensor) -> Tensor:
+    """``t`` (a layer's input or output gradient) with its batch dimension: an unbatched call
+    (a Linear's 1-D vector, a Conv2d's 3-D image) is a batch of one sample."""
+    unbatched = t.ndim == 3 if isinstance(module, nn.Conv2d) else t.ndim == 1
+    return t.unsqueeze(0) if unbatched else t
+
+
+def _rows(t: Tensor) -> Tensor:
+    """A Linear's (n, ..., d) tensor as n x (positions) x d (``reshape`` with -1 fails on an
+    empty batch)."""
+    return t.reshape(t.shape[0], math.prod(t.shape[1:-1]), t.shape[-1])
+
+
 def layer_inputs(module: nn.Module, x: Tensor) -> Tensor:
-    x = _capture_dtype(x)
+    x = batched(module, _capture_dtype(x))
     if isinstance(module, nn.Conv2d):
         patches = F.unfold(
             x,
@@ -183,18 +200,18 @@ def layer_inputs(module: nn.Module, x: Tensor) -> Tensor:
         )
         a = patches.mean(dim=2)
     else:
-        a = x.reshape(x.shape[0], -1, x.shape[-1]).mean(dim=1)
+        a = _rows(x).mean(dim=1)
     if getattr(module, "bias", None) is not None:
         a = torch.cat([a, a.new_ones(a.shape[0], 1)], dim=1)
     return a
 
 
 def layer_output_grads(module: nn.Module, g: Tensor, n: int, batch_averaged: bool) -> Tensor:
-    g = _capture_dtype(g)
+    g = batched(module, _capture_dtype(g))
     if isinstance(module, nn.Conv2d):
         g = g.sum(dim=(2, 3))
     else:
-        g = g.reshape(g.shape[0], -1, g.shape[-1]).sum(dim=1)
+        g = _rows(g).sum(dim=1)
     return g * n if batch_averaged else g
 
 

@@ -41,6 +41,7 @@ from .inverse_update import update_inverses
 from .layers import (
     Capture,
     Layer,
+    batched,
     grad_matrix,
     layer_inputs,
     layer_output_grads,
@@ -58,6 +59,8 @@ log = logging.getLogger(__name__)
 METHODS = ("hybrid", "kid", "kis", "sngd")
 _SWITCHES = ("auto", "epochs")
 _ASSIGNMENTS = ("greedy", "contiguous")
+#: the reason :attr:`HyLo.skipped_layers` gives for a frozen layer
+FROZEN = "frozen (weight.requires_grad is False)"
 
 
 def kl_clip_scale(pairs: Iterable[tuple[Tensor, Tensor]], lr: float, kl_clip: float) -> float:
@@ -141,9 +144,14 @@ class HyLo:
         Layers left with their plain gradient, and why: those not supported (at construction)
         and those found unusable while training -- a layer called more than once per forward
         (shared weights: its per-sample rows are not defined), one whose captured rows do not
-        match its weight, one on another device than the first preconditioned layer, or whose
-        inverse could not be computed.  Each is logged once (a warning when found in
-        training); training goes on.
+        match its weight, or one on another device than the first preconditioned layer.  Each
+        is logged once (a warning when found in training); training goes on.  A frozen layer
+        (``weight.requires_grad`` False) is listed, logged and captures no rows while it is
+        frozen; it is preconditioned again from the first inverse update after it is
+        unfrozen.  A layer without a gradient at a step (unused in the forward, or cut off
+        from the loss) keeps ``grad`` as it is (``None``) without being listed; an unbatched
+        call (a 1-D input of a Linear, a 3-D one of a Conv2d) counts as a batch of one and an
+        empty batch captures nothing.
     steps : int
         Calls of :meth:`step` so far.
     inverse_updates : int
@@ -251,6 +259,7 @@ class HyLo:
         self.last_kl_scale = 1.0
         self.skipped_layers: dict[str, str] = {}
         self.layers = self._select_layers(layers, skip_layers)
+        self._note_frozen()
         self._handles: list[Any] = []
         for layer in self.layers:
             self._handles.append(layer.module.register_forward_hook(self._make_hook(layer)))
@@ -330,6 +339,12 @@ class HyLo:
                 return
             if not inputs or not isinstance(inputs[0], Tensor):
                 return
+            if not layer.weight.requires_grad:  # frozen: no rows for a weight that won't move
+                return
+            x = batched(module, inputs[0].detach())
+            n = x.shape[0]
+            if n == 0:  # an empty batch has no rows (the layer keeps its last inverse)
+                return
             # a second call before the first one's backward: shared weights, whose rows pair
             # one call's inputs with another's output gradients (gradient accumulation, a
             # backward per call, is fine)
@@ -337,9 +352,7 @@ class HyLo:
             if layer.pending > 1:
                 self._skip(layer, "called more than once per forward (shared weights)")
                 return
-            x = inputs[0].detach()
             layer.A = layer_inputs(module, x)
-            n = x.shape[0]
 
             def grad_hook(g: Tensor) -> None:
                 layer.pending = max(0, layer.pending - 1)
@@ -349,6 +362,28 @@ class HyLo:
             output.register_hook(grad_hook)
 
         return hook
+
+    def _note_frozen(self) -> None:
+        """Follow each layer's ``weight.requires_grad``: a frozen layer captures no rows, drops
+        its inverse and window, and is listed in :attr:`skipped_layers` (logged once) until it
+        is trainable again; it is then preconditioned from its next inverse update."""
+        for layer in self.layers:
+            frozen = not layer.weight.requires_grad
+            if layer.skipped is not None or frozen == layer.frozen:
+                continue
+            layer.frozen = frozen
+            if frozen:
+                self.skipped_layers[layer.name] = FROZEN
+                layer.A = layer.G = None
+                layer.A_all = layer.G_all = layer.inverse = None
+                layer.window.clear()
+                log.info("HyLo: %r keeps its plain gradient while it is %s", layer.name, FROZEN)
+            else:
+                self.skipped_layers.pop(layer.name, None)
+                log.info(
+                    "HyLo: %r is trainable again: preconditioned from its next inverse update",
+                    layer.name,
+                )
 
     def _skip(self, layer: Layer, why: str) -> None:
         """Leave ``layer`` with its plain gradient from now on, and say why (once)."""
@@ -441,6 +476,7 @@ class HyLo:
         return stack
 
     def _step(self) -> None:
+        self._note_frozen()
         for layer in self.layers:
             layer.pending = 0
         grads = {

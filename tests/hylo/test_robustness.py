@@ -1,4 +1,5 @@
-"""Layers HyLo cannot precondition are skipped with a logged reason, never a crash; half
+"""Layers HyLo cannot precondition are skipped with a logged reason, never a crash (frozen
+layers while frozen, layers without a gradient, unbatched and empty batches too); half
 precision (autocast, bfloat16 models) is captured and inverted in float32."""
 
 from __future__ import annotations
@@ -188,3 +189,118 @@ def test_float16_factors_are_inverted_in_float32(method):
     p.step()
     assert all(ly.inverse.dtype == torch.float32 for ly in p.layers)
     assert model[0].weight.grad.dtype == torch.float16
+
+
+def _mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 5), nn.Tanh(), nn.Linear(5, 5), nn.Tanh(), nn.Linear(5, 2))
+
+
+def _train_step(model, p, seed):
+    x, y = torch.randn(6, 4, generator=torch.Generator().manual_seed(seed)), torch.arange(6) % 2
+    model.zero_grad()
+    F.cross_entropy(model(x), y).backward()
+    p.step()
+
+
+def test_a_frozen_layer_captures_nothing_and_is_listed_until_unfrozen(caplog):
+    from async_spark.hylo.preconditioner import FROZEN
+
+    model = _mlp()
+    p = HyLo(model, method="kid", rank_ratio=0.5, damping=0.1)
+    _train_step(model, p, 0)
+    assert p.layers[1].inverse is not None and p.skipped_layers == {}
+    model[2].requires_grad_(False)  # frozen after it had an inverse
+    with caplog.at_level(logging.INFO, logger="async_spark.hylo.preconditioner"):
+        for step in range(1, 4):
+            _train_step(model, p, step)
+            # no rows, no inverse, no window: nothing is computed for a weight that won't move
+            assert p.layers[1].inverse is None and len(p.layers[1].window) == 0
+            assert model[2].weight.grad is None
+            assert p.last_methods == {"0": "kid", "2": "sgd", "4": "kid"}
+    assert p.skipped_layers == {"2": FROZEN}
+    said = [r.getMessage() for r in caplog.records if "'2'" in r.getMessage()]
+    assert len(said) == 1 and FROZEN in said[0]  # once, not at every step
+    model[2].requires_grad_(True)
+    _train_step(model, p, 4)
+    assert p.skipped_layers == {} and p.last_methods["2"] == "kid"
+    # frozen from the start: listed at construction, trains, is never preconditioned
+    model = _mlp()
+    model[2].weight.requires_grad_(False)  # the bias alone still trains, with its plain gradient
+    p = HyLo(model, method="kis", rank_ratio=0.5, damping=0.1)
+    assert p.skipped_layers == {"2": FROZEN}
+    _train_step(model, p, 0)
+    assert p.layers[1].inverse is None and model[2].bias.grad is not None
+    assert p.layers[0].inverse is not None and p.inverse_updates == 1
+
+
+class Branchy(nn.Module):
+    """A layer used only on some steps, and one whose output does not reach the loss."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 5)
+        self.extra = nn.Linear(5, 5)
+        self.probe = nn.Linear(5, 3)  # its output is only logged
+        self.head = nn.Linear(5, 2)
+        self.use_extra = False
+
+    def forward(self, x):
+        h = torch.tanh(self.a(x))
+        if self.use_extra:
+            h = torch.tanh(self.extra(h))
+        self.probe_out = self.probe(h)
+        return self.head(h)
+
+
+def test_layers_without_a_gradient_keep_it_none_and_the_others_are_preconditioned():
+    torch.manual_seed(0)
+    model = Branchy()
+    p = HyLo(model, method="sngd", damping=0.1)
+    for step in range(4):
+        model.use_extra = step == 2
+        _train_step(model, p, step)
+        assert model.probe.weight.grad is None
+        assert (model.extra.weight.grad is None) == (step != 2)
+        assert p.last_methods["a"] == p.last_methods["head"] == "sngd"
+        assert p.last_methods["probe"] == "sgd"
+        assert p.last_methods["extra"] == ("sngd" if step == 2 else "sgd")
+    assert p.skipped_layers == {} and p.layers[2].inverse is None  # probe: no rows ever
+    assert p.method_counts["extra"] == {"sgd": 3, "sngd": 1}
+
+
+def test_an_unbatched_call_is_a_batch_of_one():
+    def grads(batched):
+        torch.manual_seed(0)
+        model = nn.Sequential(
+            nn.Conv2d(2, 3, 3),
+            nn.Tanh(),
+            nn.Flatten(-3),
+            nn.Linear(27, 4),
+            nn.Tanh(),
+            nn.Linear(4, 2),
+        ).double()
+        p = HyLo(model, method="sngd", damping=0.1)
+        x = torch.randn(2, 5, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+        out = model(x.unsqueeze(0) if batched else x)  # (1, 2) or (2,)
+        F.cross_entropy(out.reshape(1, 2), torch.tensor([1])).backward()
+        p.step()
+        assert p.last_methods == {"0": "sngd", "3": "sngd", "5": "sngd"}
+        return [q.grad.clone() for q in model.parameters()]
+
+    for got, ref in zip(grads(False), grads(True), strict=True):
+        torch.testing.assert_close(got, ref, rtol=1e-12, atol=1e-14)
+
+
+def test_an_empty_batch_captures_nothing_and_keeps_the_inverses():
+    model = nn.Sequential(nn.Conv2d(2, 3, 3), nn.Tanh(), nn.Flatten(), nn.Linear(27, 3))
+    p = HyLo(model, method="kid", rank_ratio=0.5, damping=0.1)
+    x, y = _batch()
+    F.cross_entropy(model(x), y).backward()
+    p.step()
+    kept = [ly.inverse for ly in p.layers]
+    model.zero_grad()
+    model(torch.randn(0, 2, 5, 5)).sum().backward()  # e.g. a rank's empty share of a batch
+    p.step()
+    assert [ly.inverse for ly in p.layers] == kept and p.inverse_updates == 1
+    assert p.skipped_layers == {} and torch.equal(model[3].weight.grad, torch.zeros(3, 27))
