@@ -7,6 +7,9 @@ others still run):
    with CPU in float64 (max relative error), and the float32 CUDA error against CPU float64;
 2. ``preconditioner`` -- the HyLo preconditioner (hooks, hybrid KID/KIS, ``fisher_window`` 3) on
    a small Conv2d + Linear model: CUDA float64 directions against CPU float64, step by step;
+   then (``autocast``) one KID step with forward, backward and ``step()`` inside
+   ``torch.autocast(float16)``: rows and inverses must be float32 and the directions those of
+   the float32 kernels on the same rows;
 3. ``inverse``  -- inverse-update times of KIS / KID / SNGD / K-FAC on ResNet-50 layer shapes
    (``benchmarks/hylo_inverse.py``'s ``measure_layer``; local batch 32, P = 1 and 64);
 4. ``resnet32`` -- two epochs of ResNet-32 on CIFAR-shaped synthetic data, HyLo vs SGD
@@ -22,7 +25,7 @@ others still run):
    must be refused with a clear error, not hang. Skipped without Java.
 
 Every section ends with an ``ok`` flag: 1 and 2 their error bounds (float64 CUDA within 1e-8 of
-CPU); 3 every time finite and > 0; 4 no run diverged, accuracies in [0, 1], times finite, every
+CPU; under autocast float32 within 1e-4 of the kernels); 3 every time finite and > 0; 4 no run diverged, accuracies in [0, 1], times finite, every
 autoencoder loss finite and below 784 ln 2 (where it starts) after its epoch; 5 the GPU
 came from Spark and the shared-GPU request was refused. A section that raised records
 ``ok: false`` with its error; a section skipped for want of Java records ``skipped``.
@@ -147,7 +150,65 @@ def check_preconditioner(device: str = "cuda") -> dict[str, Any]:
 
     cpu, gpu = directions("cpu"), directions(device)
     errs = [_rel(a, b) for a, b in zip(gpu, cpu, strict=True)]
-    return {"step_rel_err": errs, "max_rel_err": max(errs), "ok": max(errs) < 1e-8}
+    autocast = check_autocast(device)
+    return {
+        "step_rel_err": errs,
+        "max_rel_err": max(errs),
+        "autocast": autocast,
+        "ok": max(errs) < 1e-8 and autocast["ok"],
+    }
+
+
+def check_autocast(device: str = "cuda") -> dict[str, Any]:
+    """HyLo inside ``torch.autocast`` (float16 on CUDA, bfloat16 on CPU; forward, backward and
+    ``step()`` all inside it): the rows must be captured and the inverses built in float32, and
+    each layer's direction must be the one the float32 kernels give on the same rows outside
+    autocast (relative error below 1e-4)."""
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    from async_spark.hylo import HyLo
+    from async_spark.hylo import kernels as K
+    from async_spark.hylo.layers import grad_matrix
+
+    kind = torch.device(device).type
+    half = torch.float16 if kind == "cuda" else torch.bfloat16
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 8 * 8, 10)
+    ).to(device)
+    rho, lam = 0.25, 0.05
+    precond = HyLo(model, method="kid", rank_ratio=rho, damping=lam)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(32, 3, 8, 8, generator=g).to(device)
+    y = torch.randint(0, 10, (32,), generator=g).to(device)
+    with torch.autocast(kind, dtype=half):
+        out = model(x)
+        F.cross_entropy(out, y).backward()
+        rows = {ly.name: (ly.A, ly.G, grad_matrix(ly)) for ly in precond.layers}
+        precond.step()
+    errs: dict[str, float] = {}
+    dtypes: dict[str, dict[str, str]] = {}
+    for ly in precond.layers:
+        A, G, grad = rows[ly.name]
+        r = min(A.shape[0], max(1, math.ceil(rho * A.shape[0])))
+        ref = K.kid_direction(A, G, grad, lam, r)  # float32, autocast off
+        errs[ly.name] = _rel(grad_matrix(ly), ref)
+        inverse = None if ly.inverse is None else ly.inverse.dtype
+        dtypes[ly.name] = {"rows": str(A.dtype), "inverse": str(inverse)}
+    single = all(
+        d == {"rows": "torch.float32", "inverse": "torch.float32"} for d in dtypes.values()
+    )
+    worst = max(errs.values())
+    return {
+        "autocast_dtype": str(half),
+        "output_dtype": str(out.dtype),
+        "dtypes": dtypes,
+        "rel_err": errs,
+        "max_rel_err": worst,
+        "ok": out.dtype == half and single and worst < 1e-4,
+    }
 
 
 def check_inverse() -> dict[str, Any]:
@@ -216,11 +277,12 @@ def check_resnet32(n_train: int, epochs: int) -> dict[str, Any]:
 AUTOENCODER_OPTIMIZERS = ("hylo", "kis", "kid", "kfac", "smw", "sgd", "adam")
 
 
-def check_autoencoder(device: str = "cuda", width: int = 1000) -> dict[str, Any]:
+def check_autoencoder(device: str = "cuda", width: int = 1000, threads: int = 4) -> dict[str, Any]:
     """One epoch of the deep autoencoder per optimizer on ``device``, with the per-model
     defaults (``async_spark.hylo.defaults``): the training-set loss must be finite and, after
     the epoch, below 784 ln 2 = 543.4 (an output of 1/2 everywhere, where an untrained net
-    starts)."""
+    starts).  ``width`` is the first hidden layer's (the classic 1000); ``threads`` the CPU
+    threads each run sets (``torch.set_num_threads``)."""
     import importlib.util
 
     from async_spark.hylo.train import train
@@ -244,7 +306,7 @@ def check_autoencoder(device: str = "cuda", width: int = 1000) -> dict[str, Any]
                 "n_train": 1500,
                 "n_test": 300,
                 "device": device,
-                "threads": 4,
+                "threads": threads,
             }
         )
         evals = [loss for _, loss in s["train_loss_evaluations"]]
