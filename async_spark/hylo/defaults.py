@@ -30,6 +30,10 @@ Sources (``SOURCES`` names one per model):
 * ``unet`` -- HyLo's U-Net script: damping 0.03, 10 warm-up epochs, KL clip 1e-3; lr 0.1 (the
   script's 8e-4 belongs to its own loss scaling; not measured here).
 
+No model's default decays the learning rate (``lr_decay_epochs`` is not an ``"auto"`` field):
+a step decay's epochs belong to the run's length, which this table cannot know.  The measured
+models need no warm-up (``autoencoder``: HyLo reached its target in about 12 epochs without).
+
 ``sgd`` and ``adam`` ignore the curvature fields; SMW-NGD ignores the KL clip (ASDL
 preconditions inside its backward pass).
 """
