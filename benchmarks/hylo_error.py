@@ -26,7 +26,12 @@ above 1 at lambda = 0.03 come from one layer per model.  On the MNIST-1D CNN it 
 head, whose F has ~60 eigenvalues above 0.03: any rank-13 approximation, even the best one,
 leaves ~50 directions where the gradient is divided by lambda instead of by lambda plus their
 eigenvalue (``--quick``: best rank-13 3.1; KID 5.1, cosine 0.49, 5.5x too long).  The damping
-is absolute, so the same lambda is small on one layer and large on another.
+is absolute, so the same lambda is small on one layer and large on another.  What changed: KID
+was no defect (it equals SNGD at full rank and on low-rank kernels, tests/hylo/test_kernels.py);
+KIS was.  It drew rows with probability proportional to K_ii and averaged them unweighted (the
+paper's (1/r) sum u_i u_i^T), which overweights the rows it favours; it now divides each kept
+row by its inclusion probability (``kernels.kis_sample``, an unbiased F_S), and its errors fell
+2-4x at lambda = 3 on the CNN (barely at 0.03, where the truncation dominates).
 
 Last line: ``RESULT kis_over_kid_error_rho0.1 <x>`` -- the mean (over layers) KIS error divided
 by the mean KID error for the MNIST-1D CNN at rho = 0.1, lambda = 0.03, batch 128 (above 1 when
