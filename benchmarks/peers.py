@@ -743,8 +743,9 @@ def run_dataset(args: Any, spec: Data, spark: Any, tmp: str) -> DatasetResult:
         grid_peers: list[tuple[str, list[Any], Callable[[Race, Any], Outcome | None]]] = [
             ("ml", list(ML_GRID), lambda r, p: r.ml(False, *p)),
             ("mllib", list(MLLIB_STEPS), lambda r, p: r.mllib(p)),
-            ("saga", list(SKLEARN_TOLS), lambda r, p: r.sklearn("saga", p)),
-            ("lbfgs", list(SKLEARN_TOLS), lambda r, p: r.sklearn("lbfgs", p)),
+            # (keys apart from our methods' names: ours "saga" is a key of the same dict)
+            ("scikit-learn saga", list(SKLEARN_TOLS), lambda r, p: r.sklearn("saga", p)),
+            ("scikit-learn lbfgs", list(SKLEARN_TOLS), lambda r, p: r.sklearn("lbfgs", p)),
         ]
         tuned_peers = []
         for key, points, fn in [] if args.ours_only or not args.grid else grid_peers:
