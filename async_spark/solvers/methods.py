@@ -150,8 +150,8 @@ class Family(Protocol):
 #: block gradients the synchronous methods are gradient descent and Nesterov's method, linear at
 #: rates 1/kappa and 1/sqrt(kappa) (Nesterov, "Introductory Lectures", Thm 2.1.15, 2.2.3), and
 #: an asynchronous one's only noise is the spread between blocks. Measured with defaults
-#: (``benchmarks/peers.py --ours-only --grid 0``, breast cancer, RESULTS.md): at 0.1 SGD, ASGD,
-#: AG and AAG stalled above 1e-3; at 1.0 each reaches 1e-3 in under a second.
+#: (``benchmarks/peers.py --quick --ours-only --grid 0``, RESULTS.md): at 0.1 SGD, ASGD and AAG
+#: did not reach 1e-3 within 5 s on breast cancer, nor AG on digits; at 1.0 every method does.
 DEFAULT_BATCH_FRACTION = {"saga": 0.1, "gradient": 1.0}
 
 
