@@ -143,6 +143,7 @@ def open_dataset(
     features_column: str = "features",
     label_column: str = "label",
     staging_dir: str | None = None,
+    implicit_center: bool = True,
 ) -> tuple[BlockSource, DatasetDescriptor]:
     """Open a dataset as ``num_blocks`` blocks and describe it.
 
@@ -168,6 +169,10 @@ def open_dataset(
     standardize : bool
         Scale columns to unit variance and center them (sparse data: implicitly, through the
         model, see :mod:`async_spark.data.transform`).
+    implicit_center : bool
+        With ``standardize``, center sparse columns implicitly (default); False scales them
+        only, as a DataFrame's partitions are (:func:`~async_spark.data.frame.open_frame`): the
+        same objective in other coordinates.
     loss : {"logistic", "squares", "softmax"} or None
         Validate and map labels for this loss (see :mod:`async_spark.data.transform`).
     dense : bool or None
@@ -281,6 +286,7 @@ def open_dataset(
         standardize=standardize,
         loss=loss,
         where=where,
+        implicit_center=implicit_center,
     )
 
 

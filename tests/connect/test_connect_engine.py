@@ -128,7 +128,8 @@ def test_executors_that_cannot_reach_the_client_fail_in_bounded_time_leaving_no_
 def test_a_dataframe_from_spark_read_trains_on_its_own_partitions(connect, tmp_path):
     """On Connect the data can be opened by Spark (spark.read), never by this client: the
     frame's partitions are the blocks, described and read on the executors. A full-gradient
-    synchronous run equals the in-process run on the same file (other blocks, the same rows)."""
+    synchronous run equals the in-process run on the same file (other blocks, the same rows),
+    opened as a frame's sparse columns are: scaled, not centered."""
     from sklearn.datasets import dump_svmlight_file, load_breast_cancer
 
     X, y = load_breast_cancer(return_X_y=True)
@@ -147,7 +148,8 @@ def test_a_dataframe_from_spark_read_trains_on_its_own_partitions(connect, tmp_p
         eval_every=1e-3,
     )
     run = train_linear(cfg, spark=connect, dataset=df)
-    ref = train_linear(cfg, dataset=open_dataset(str(path), 3, standardize=True, loss="logistic"))
+    data = open_dataset(str(path), 3, standardize=True, loss="logistic", implicit_center=False)
+    ref = train_linear(cfg, dataset=data)
     assert run.updates == ref.updates == 20
     np.testing.assert_allclose(run.theta, ref.theta, rtol=1e-10, atol=1e-13)
     assert run.summary()["final_objective"] == pytest.approx(
