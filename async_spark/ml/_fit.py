@@ -242,6 +242,9 @@ def _open_staged(
         P,
         format="parquet",
         standardize=True,  # always scaled; the penalty follows standardization
+        # sparse columns scaled only, as the resident transport's frame partitions are: both
+        # transports train in the same coordinates, so they end at the same model
+        implicit_center=False,
         loss=None,
         dense=dense,
         num_features=d,
