@@ -261,9 +261,9 @@ def decays(config: TrainConfig, row: Method) -> bool:
     noise ball, on noisy gradients: sampled rows (``batch_fraction < 1``), or one block's exact
     gradient per update (ASGD, DC-ASGD: the spread between blocks is the noise). A synchronous
     round of whole blocks is the full gradient: no ball. Nor is an asynchronous momentum method's
-    stale oscillation: halving its step leaves the momentum's swing and only slows it (measured on
-    digits with whole blocks: AAG stalled at 1.5e-3 after four halvings, and reaches 1e-3 in 3 s
-    without them). The step rule of a decaying run is ``constant`` (else SGD's default ``sqrt``
+    stale oscillation: halving its step leaves the momentum's swing and only slows it (digits with
+    whole blocks, ``benchmarks/peers.py --quick``: AAG did not reach 1e-3 within 5 s with the
+    halvings, and did in 2.97 s without them; RESULTS.md). The step rule of a decaying run is ``constant`` (else SGD's default ``sqrt``
     would decay it twice)."""
     fraction = config.batch_fraction or row.family.batch_fraction
     return bool(
