@@ -32,16 +32,20 @@ def gram_max_eigenvalue(
     lam = 0.0
     for _ in range(iters):
         w = np.zeros(d)
+        # the shift every row's product gets: the intercept's entry, minus c.v when centered
+        shift = (v[-1] if intercept else 0.0) - (
+            0.0 if center is None else float(center @ v[: desc.d])
+        )
+        total = 0.0  # sum over the rows of xv, for the centered and the intercept's entries
         for p in range(desc.num_blocks):
             X = get_block(source, p).X
-            xv = np.asarray(X @ v[: desc.d]).ravel() + (v[-1] if intercept else 0.0)
-            if center is not None:
-                xv -= float(center @ v[: desc.d])
+            xv = np.asarray(X @ v[: desc.d]).ravel() + shift
             w[: desc.d] += X.T @ xv if not sp.issparse(X) else np.asarray(X.T @ xv).ravel()
-            if center is not None:
-                w[: desc.d] -= center * xv.sum()
-            if intercept:
-                w[-1] += xv.sum()
+            total += float(xv.sum())
+        if center is not None:
+            w[: desc.d] -= center * total
+        if intercept:
+            w[-1] += total
         w /= desc.n
         new = float(v @ w)
         norm = np.linalg.norm(w)

@@ -263,9 +263,9 @@ def decays(config: TrainConfig, row: Method) -> bool:
     round of whole blocks is the full gradient: no ball. Nor is an asynchronous momentum method's
     stale oscillation: halving its step leaves the momentum's swing and only slows it (digits with
     whole blocks, ``benchmarks/peers.py --quick``: AAG did not reach 1e-3 within 5 s with the
-    halvings, and did in 2.97 s without them; RESULTS.md). The step rule of a decaying run is ``constant`` (else SGD's default ``sqrt``
-    would decay it twice)."""
-    fraction = config.batch_fraction or row.family.batch_fraction
+    halvings, and did in 2.97 s without them; RESULTS.md). The step rule of a decaying run is
+    ``constant`` (else SGD's default ``sqrt`` would decay it twice)."""
+    fraction = _fraction(config, row)
     return bool(
         config.step_safeguard
         and config.step == "auto"
@@ -275,11 +275,16 @@ def decays(config: TrainConfig, row: Method) -> bool:
     )
 
 
+def _fraction(config: TrainConfig, row: Method) -> float:
+    """The run's batch fraction: as given, else the method's (what ``for_method`` sets)."""
+    return config.batch_fraction or row.family.batch_fraction
+
+
 def _exact(config: TrainConfig, row: Method) -> bool:
     """A synchronous round of whole blocks with an automatic step: gradient descent, for which
     a constant step (found by the safeguard's search) is the right rule, not ASYNC's sqrt."""
-    fraction = config.batch_fraction or row.family.batch_fraction
-    return config.step == "auto" and config.step_rule is None and fraction >= 1 and row.synchronous
+    whole = _fraction(config, row) >= 1
+    return config.step == "auto" and config.step_rule is None and whole and row.synchronous
 
 
 def _step_and_rule(
@@ -293,7 +298,7 @@ def _step_and_rule(
         step_rule=config.step_rule,
         momentum=config.momentum,
         momentum_damping=config.momentum_damping,
-        batch_fraction=config.batch_fraction or family.batch_fraction,
+        batch_fraction=_fraction(config, row),
         synchronous=row.synchronous,
         max_delay=config.max_delay(desc.num_blocks),
     )
