@@ -7,7 +7,9 @@ import pytest
 from scipy.special import expit
 
 from async_spark.data.dataset import open_dataset
+from async_spark.engine.emulator import CostModel
 from async_spark.solvers import ConfigError, TrainConfig, train_linear
+from async_spark.solvers.emulation import virtual_engine_factory
 from async_spark.solvers.momentum import gram_max_eigenvalue
 
 
@@ -68,6 +70,10 @@ def test_momentum_needs_fewer_updates_than_sgd_when_ill_conditioned(cancer):
 
 def test_staleness_damping_stabilizes_asynchronous_heavy_ball():
     data = open_dataset("builtin:breast_cancer", 8, standardize=True, loss="logistic")
+    # Virtual time, not threads: 8 equal tasks in flight give a staleness of about 7 on every
+    # machine (with threads a loaded CI machine made another schedule, and the guarded run ended
+    # at 0.25).
+    cost = CostModel(task_overhead_seconds=0.01, seconds_per_nnz=1e-6, driver_seconds=1e-3)
 
     def run(damping, safeguard=False, updates=300):
         cfg = TrainConfig(
@@ -80,8 +86,9 @@ def test_staleness_damping_stabilizes_asynchronous_heavy_ball():
             quiet=True,
             momentum_damping=damping,
             step_safeguard=safeguard,
+            eval_every=1e9,
         )
-        r = train_linear(cfg, dataset=data)
+        r = train_linear(cfg, dataset=data, engine_factory=virtual_engine_factory(cost))
         return r.final_objective, r.summary(), r.momentum
 
     plain, summary, info = run(0.0)
