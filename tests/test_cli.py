@@ -103,8 +103,28 @@ def test_train_writes_summary_trace_and_model(spark, tmp_path, capsys):
         assert trace[0]["objective"] == pytest.approx(np.log(2))
         with np.load(out / method / "model.npz", allow_pickle=False) as z:
             assert z["weights"].shape == (30,) and z["intercept"].shape == ()
-    assert "RESULT" in capsys.readouterr().out
+    stdout = capsys.readouterr().out
+    assert "RESULT" in stdout
+    assert "objective: mean logistic loss + " in stdout and "standardized columns" in stdout
     assert not spark.sparkContext._jsc.sc().isStopped()  # the caller's session stays up
+
+
+def test_the_objective_line_names_the_penalized_columns():
+    from async_spark.cli.train import objective_line
+
+    row = dict(loss="logistic", l2=0.01, l1=0.0, standardize=True, penalty_on="standardized")
+    assert objective_line(row) == (
+        "objective: mean logistic loss + 0.01/2 ||w||^2, w the weights of the standardized "
+        "columns (as pyspark.ml; --penalty-on original penalizes the raw columns' weights, "
+        "as scikit-learn)"
+    )
+    raw = objective_line({**row, "penalty_on": "original", "l1": 0.1, "loss": "softmax"})
+    assert raw == (
+        "objective: mean cross-entropy + 0.01/2 ||w||^2 + 0.1 ||w||_1, "
+        "w the weights of the raw columns (as scikit-learn)"
+    )
+    assert objective_line({**row, "standardize": False}).endswith("raw columns (as scikit-learn)")
+    assert objective_line({**row, "l2": 0.0}) == "objective: mean logistic loss"
 
 
 @pytest.mark.cluster

@@ -483,5 +483,31 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
             f"{b['method']} {b['updates'] / max(b['wall_seconds'], 1e-9):.1f} updates/s "
             f"(stragglers: {a['stragglers']})"
         )
+    if rows:
+        print(objective_line(rows[0]))
     summary = {r["method"]: r["final_objective"] for r in rows}
     print("RESULT " + json.dumps(summary))
+
+
+_LOSS_NAMES = {"logistic": "logistic loss", "softmax": "cross-entropy", "squares": "squared loss"}
+
+
+def objective_line(summary: dict[str, Any]) -> str:
+    """The objective the table's figures are of. A user who scores the model with another tool
+    (scikit-learn penalizes the raw columns' weights) must know which columns are penalized:
+    on raw data whose scales differ the two optima are far apart."""
+    loss = _LOSS_NAMES.get(summary["loss"], summary["loss"])
+    terms = [f"mean {loss}"]
+    if summary["l2"]:
+        terms.append(f"{summary['l2']:g}/2 ||w||^2")
+    if summary["l1"]:
+        terms.append(f"{summary['l1']:g} ||w||_1")
+    text = "objective: " + " + ".join(terms)
+    if len(terms) == 1:
+        return text
+    if summary["standardize"] and summary["penalty_on"] == "standardized":
+        return (
+            text + ", w the weights of the standardized columns (as pyspark.ml; "
+            "--penalty-on original penalizes the raw columns' weights, as scikit-learn)"
+        )
+    return text + ", w the weights of the raw columns (as scikit-learn)"
