@@ -31,6 +31,7 @@ See ``docs/resident.md`` for the protocol, the security model and how to use it.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import queue
 import secrets
@@ -77,6 +78,7 @@ _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _DELTA_DTYPES = frozenset(DTYPES.values())
 _DELTA_MIN_SIZE = 1024  # smaller models always travel in full (a delta would save little)
 _EXIT_WAIT = 10.0  # seconds close() waits for the workers to leave before cancelling the job
+_LATE_EXIT_WAIT = 1.0  # the same when some task never connected (it would not hear "exit")
 
 
 @dataclass(frozen=True)
@@ -531,6 +533,12 @@ class ResidentTransport(Transport):
         Seconds :meth:`start` waits for the tasks to connect (default 60 on a classic session, 40
         on a Connect one, or ``spark.async_spark.resident.connectTimeout``); with none connected
         it fails with one line naming the address and what to set, and the job is interrupted.
+    start_grace : float or None
+        Once the first worker has connected, :meth:`start` waits at most this many seconds more
+        for the others (default 0.5), then returns: the blocks of a worker that is slow to start
+        (a busy or throttled executor, a late slot) are dispatched when it connects, so an
+        asynchronous run does not wait for its slowest executor to begin. None waits for every
+        worker (up to ``connect_timeout``).
     heartbeat_seconds, silence_seconds : float
         Both sides send a heartbeat this often when idle; a peer silent for ``silence_seconds`` is
         dropped (a worker whose driver is gone exits).
@@ -560,6 +568,7 @@ class ResidentTransport(Transport):
         host: str | None = None,
         advertise: str | None = None,
         connect_timeout: float | None = None,
+        start_grace: float | None = 0.5,
         heartbeat_seconds: float = 1.0,
         silence_seconds: float = 15.0,
         reconnect_seconds: float = 5.0,
@@ -598,6 +607,12 @@ class ResidentTransport(Transport):
         ):
             if not (isinstance(value, int | float) and value > 0):
                 raise ValueError(f"{name} must be a number > 0, got {value!r}")
+        if start_grace is not None and not (
+            isinstance(start_grace, int | float)
+            and not isinstance(start_grace, bool)
+            and start_grace >= 0
+        ):
+            raise ValueError(f"start_grace must be a number >= 0 or None, got {start_grace!r}")
         if not silence_seconds > heartbeat_seconds:
             raise ValueError(
                 f"silence_seconds ({silence_seconds}) must exceed heartbeat_seconds "
@@ -626,6 +641,7 @@ class ResidentTransport(Transport):
         self._host = host
         self._advertise = advertise
         self.connect_timeout = float(connect_timeout)
+        self.start_grace = None if start_grace is None else float(start_grace)
         self.heartbeat_seconds = float(heartbeat_seconds)
         self.silence_seconds = float(silence_seconds)
         self.reconnect_seconds = float(reconnect_seconds)
@@ -661,6 +677,7 @@ class ResidentTransport(Transport):
         self._job_error: str | None = None
         self._job_thread: threading.Thread | None = None
         self.launches = 0
+        self.blocks_waiting_at_start = 0  # blocks without a worker when start() returned
         self._counts = {"full": 0, "delta": 0, "held": 0}
         self.address: tuple[str, int] | None = None  # where the server listens
         self.advertised: tuple[str, int] | None = None  # what the workers dial
@@ -776,20 +793,39 @@ class ResidentTransport(Transport):
         return t
 
     def _wait_connected(self) -> None:
+        """Until every block's worker connected, or ``start_grace`` after the first did (the
+        rest are dispatched when they connect), or ``connect_timeout``."""
         deadline = time.monotonic() + self.connect_timeout
+        first: float | None = None  # when the first worker connected
         with self._lock:
             while True:
-                if len(self._owners) == self.num_blocks:
+                reached = len(self._owners)
+                if reached == self.num_blocks:
                     return
                 if self._fatal is not None or (self._job_error and not self._conns):
                     raise RuntimeError(
                         f"the resident Spark job failed before its tasks connected: "
                         f"{self._fatal or self._job_error}"
                     )
-                left = deadline - time.monotonic()
+                now = time.monotonic()
+                if reached and first is None:
+                    first = now
+                grace_left = math.inf
+                if first is not None and self.start_grace is not None:
+                    grace_left = first + self.start_grace - now
+                    if grace_left <= 0:
+                        log.info(
+                            "resident transport: starting with %d of %d blocks connected; the "
+                            "others are dispatched when their tasks connect",
+                            reached,
+                            self.num_blocks,
+                        )
+                        self.blocks_waiting_at_start = self.num_blocks - reached
+                        return
+                left = deadline - now
                 if left <= 0:
                     break
-                self._lock.wait(min(left, 0.25))
+                self._lock.wait(min(left, grace_left, 0.25))
             reached = len(self._owners)
         host, port = self.advertised or self.address or ("?", 0)
         if reached == 0 and self.connect:
@@ -921,7 +957,11 @@ class ResidentTransport(Transport):
             job = self._job_thread
             if job is not None:
                 log.debug("resident transport: %d workers told to exit", len(conns))
-                job.join(max(0.0, min(_EXIT_WAIT, deadline - time.monotonic())))
+                # A task that never connected (no slot yet, a late executor) cannot be told to
+                # exit: give the others a moment to leave, then cancel the job.
+                started = len({c.partition for c in conns}) >= self.num_tasks
+                wait = _EXIT_WAIT if started else _LATE_EXIT_WAIT
+                job.join(max(0.0, min(wait, deadline - time.monotonic())))
                 log.debug("resident transport: job thread alive=%s", job.is_alive())
                 if job.is_alive():
                     log.warning("resident transport: workers did not leave; cancelling the job")
@@ -1429,10 +1469,12 @@ class ResidentTransport(Transport):
     @property
     def stats(self) -> dict[str, int]:
         """Tickets sent, by how their model travelled (``model_full``, ``model_delta``,
-        ``model_held``)."""
+        ``model_held``), and ``copies_kept``: the versions copied on the driver while a worker
+        holds them (the bases of deltas; at most ``max_versions`` per worker)."""
         with self._lock:
             out = {f"model_{k}": v for k, v in self._counts.items()}
-        out["tickets"] = sum(self._counts.values())
+            out["copies_kept"] = len(self._copies)
+        out["tickets"] = sum(v for k, v in out.items() if k.startswith("model_"))
         return out
 
     def workers(self) -> list[dict[str, Any]]:

@@ -407,10 +407,14 @@ def test_async_run_echoes_every_version_exactly_through_deltas(spark):
             if n % 10 == 0:
                 w = w + 1.0  # now and then a dense one
             published[eng.publish(w)] = w.copy()
+            # the driver copies only what some worker holds: 3 versions for each of 4 workers
+            assert transport.stats["copies_kept"] <= 3 * 4
             if n == 200:
                 break
         assert eng.core.accounting_closes()
+        assert transport.stats["copies_kept"] > 0
     assert mismatches == 0
+    assert transport.stats["copies_kept"] == 0  # closing releases them
     assert transport.num_tasks == 4  # 6 blocks on 4 resident tasks (round-robin)
     assert transport.stats["model_delta"] > 50 and transport.stats["model_full"] >= 4
     assert transport.stats["model_held"] > 0  # two blocks of one worker read the same version
@@ -546,6 +550,89 @@ def test_a_killed_worker_and_a_dropped_socket_fail_their_tickets_and_the_run_fin
     (block2,) = [w for w in workers if w["blocks"] == [2]]
     assert block2["attempt"] == 0, seen  # the same task reconnected after its socket was dropped
     assert not _pid_alive(victim["pid"])
+
+
+def _hold_one_slot(sc, seconds):
+    """A job that holds one of the session's 4 slots for ``seconds``; returns once it runs."""
+    group = f"hold-{time.monotonic_ns()}"
+
+    def run():
+        sc.setJobGroup(group, "holds a slot")
+        sc.parallelize([0], 1).foreach(lambda _: time.sleep(seconds))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    tracker = sc.statusTracker()
+
+    def running() -> bool:
+        for job in tracker.getJobIdsForGroup(group):
+            info = tracker.getJobInfo(job)
+            for stage in info.stageIds if info is not None else ():
+                stage_info = tracker.getStageInfo(stage)
+                if stage_info is not None and stage_info.numActiveTasks > 0:
+                    return True
+        return False
+
+    deadline = time.monotonic() + 30
+    while not running():
+        assert time.monotonic() < deadline, "the slot-holding job did not start"
+        time.sleep(0.05)
+    return thread
+
+
+@spark_only
+@pytest.mark.parametrize("grace", [0.5, None])
+def test_start_does_not_wait_for_a_late_worker_unless_told(spark, grace):
+    # One of the 4 slots is busy for 6 s, so one resident task starts late: the run begins on
+    # the 3 that connected (its 4th block's tickets wait) unless start_grace is None.
+    _register_by_value()
+    sum_of_blocks_run(ResidentTransport(spark))  # Python workers started: time the wait only
+    holder = _hold_one_slot(spark.sparkContext, 6.0)
+    transport = ResidentTransport(spark, start_grace=grace)
+    t0 = time.monotonic()
+    with sleepy_engine(transport) as eng:
+        started = time.monotonic() - t0
+        first_of_block3 = None
+        for i, r in enumerate(eng.results()):
+            if r.block == 3 and first_of_block3 is None:
+                first_of_block3 = i
+            eng.publish(None)
+            if first_of_block3 is not None and i >= first_of_block3 + 8:
+                break
+        assert eng.core.accounting_closes()
+    holder.join()
+    if grace is None:
+        assert started > 4.0 and transport.blocks_waiting_at_start == 0
+        assert first_of_block3 < 8  # every worker was there from the start
+    else:
+        assert started < 4.0 and transport.blocks_waiting_at_start == 1
+        assert first_of_block3 > 100  # the 3 others worked meanwhile (2 ms tasks, ~5 s)
+
+
+@spark_only
+def test_closing_before_a_late_worker_connects_cancels_its_task_at_once(spark):
+    _register_by_value()
+    sum_of_blocks_run(ResidentTransport(spark))
+    holder = _hold_one_slot(spark.sparkContext, 8.0)
+    transport = ResidentTransport(spark)
+    with sleepy_engine(transport) as eng:
+        assert transport.blocks_waiting_at_start == 1
+        for i, _ in enumerate(eng.results()):
+            eng.publish(None)
+            if i == 20:
+                break
+        t0 = time.monotonic()
+    closed = time.monotonic() - t0
+    holder.join()
+    # the 3 connected workers leave when told; the 4th task, still waiting for its slot, is
+    # cancelled after 1 s rather than after the 10 s given to workers that can hear "exit"
+    assert closed < 5.0, closed
+    assert not transport._job_thread.is_alive()
+
+
+def test_start_grace_is_checked():
+    with pytest.raises(ValueError, match="start_grace must be a number >= 0 or None"):
+        ResidentTransport(object(), connect_timeout=1.0, start_grace=-1.0)
 
 
 @spark_only
