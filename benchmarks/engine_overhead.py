@@ -35,6 +35,7 @@ Usage: python benchmarks/engine_overhead.py [--quick | --smoke] [--master local[
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import threading
@@ -144,7 +145,9 @@ class NullTransport(Transport):
         return None
 
 
-def run_transport(make_transport, blocks: int, seconds: float, models: list) -> tuple[float, float]:
+def run_transport(
+    make_transport, blocks: int, seconds: float, models: list, timed=None
+) -> tuple[float, float]:
     """(results/s, driver CPU microseconds per result) through the engine, fully asynchronous, a
     new model version published after every result; the transport's start and the first 2 P
     results (Python workers warming up) are not timed."""
@@ -162,12 +165,16 @@ def run_transport(make_transport, blocks: int, seconds: float, models: list) -> 
         for i, _ in enumerate(eng.results()):
             eng.publish(models[i % len(models)])
             if i + 1 == warm:
+                if timed is not None:
+                    timed(True)
                 start, cpu = time.monotonic(), time.process_time()
             elif i >= warm:
                 n += 1
                 if time.monotonic() - start >= seconds:
                     break
         elapsed, cpu = time.monotonic() - start, time.process_time() - cpu
+        if timed is not None:
+            timed(False)
     return n / elapsed, cpu / n * 1e6
 
 
@@ -325,6 +332,42 @@ def connect_resident(args, table: dict[int, dict[str, list[float]]], seconds, re
     return medians[100] / statistics.median(table[100]["resident"])
 
 
+def profile_driver(spark, blocks: int, seconds: float, dim: int = 100, top: int = 25) -> None:
+    """Where the resident transport's driver CPU goes: a yappi profile (CPU clock, every
+    thread of the driver) of the no-op run at ``dim``, after a warm-up run. The profiler
+    inflates every call; read the shares, not the absolute times (the unprofiled figure is the
+    table's)."""
+    import yappi
+
+    models = [np.random.default_rng(dim).standard_normal(dim) for _ in range(8)]
+    run_transport(lambda: ResidentTransport(spark), blocks, seconds, models)  # warm
+    rate, us = run_transport(lambda: ResidentTransport(spark), blocks, seconds, models)
+    print(f"unprofiled: {rate:.0f} results/s, driver CPU {us:.0f} us per result (d={dim})")
+    yappi.set_clock_type("cpu")
+    yappi.clear_stats()
+
+    def timed(begin: bool) -> None:  # profile the timed results only, not start and close
+        if begin:
+            yappi.start(builtins=True)
+        else:
+            yappi.stop()
+
+    rate, us = run_transport(lambda: ResidentTransport(spark), blocks, seconds, models, timed)
+    n = rate * seconds
+    print(f"profiled: {rate:.0f} results/s, driver CPU {us:.0f} us per result")
+    stats = sorted(yappi.get_func_stats(), key=lambda f: f.tsub, reverse=True)
+    total = sum(f.tsub for f in stats)
+    print(f"own CPU per result by function (top {top}; all functions: {total / n * 1e6:.0f} us):")
+    for f in stats[:top]:
+        where = f"{os.path.basename(f.module)}:{f.lineno}" if f.module else "builtin"
+        print(f"  {f.tsub / n * 1e6:7.1f} us  {f.ncall / n:6.2f} calls  {f.name[:40]:40s} {where}")
+    threads = sorted(yappi.get_thread_stats(), key=lambda t: t.ttot, reverse=True)
+    print(
+        "CPU per result by thread: "
+        + ", ".join(f"{t.name} {t.ttot / n * 1e6:.0f} us" for t in threads)
+    )
+
+
 def main(argv: list[str] | None = None) -> float:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="short run (CI-sized)")
@@ -334,6 +377,11 @@ def main(argv: list[str] | None = None) -> float:
     ap.add_argument("--dim", type=int, default=100_000)
     ap.add_argument("--repeats", type=int, default=None, help="alternating measurement pairs")
     ap.add_argument("--core-only", action="store_true", help="only the bookkeeping scaling")
+    ap.add_argument(
+        "--profile-driver",
+        action="store_true",
+        help="only a profile of the resident transport's driver CPU per result at d = 100",
+    )
     ap.add_argument(
         "--no-connect", action="store_true", help="skip the Spark Connect session's row"
     )
@@ -349,6 +397,12 @@ def main(argv: list[str] | None = None) -> float:
         args.master, app_name="engine-overhead", conf={"spark.ui.enabled": "false"}
     )
     sc = spark.sparkContext
+    if args.profile_driver:
+        try:
+            profile_driver(spark, args.threads, seconds)
+        finally:
+            spark.stop()
+        return float("nan")
     try:
         # warm up the JVM, the Python workers and the code paths (the resident job's first
         # launch also starts its Python workers)

@@ -14,7 +14,12 @@ resident memory of the driver (Python process + JVM, whose heap is bounded at 1 
 plateaus). The two heap figures are printed above it (the finer leak indicators: RSS also moves
 with the allocators' caches and the JVM's lazy heap sizing); they are not RESULT lines.
 
-Usage: python benchmarks/soak.py [--quick] [--updates N] [--partitions 32]
+``--transport resident`` soaks the engine's default transport instead (one Spark job of
+long-running tasks; versions travel over its sockets, so the "broadcasts" are the history store's
+in-process handles, and the copies the transport keeps of the versions its workers hold are
+sampled too); the default, ``jobs``, is the one job per task whose broadcasts can leak.
+
+Usage: python benchmarks/soak.py [--quick] [--updates N] [--partitions 32] [--transport jobs]
        python benchmarks/soak.py --smoke   # seconds: 150 updates on 4 blocks (no leak figure)
 """
 
@@ -31,6 +36,7 @@ import tracemalloc
 
 from async_spark.data.dataset import open_dataset
 from async_spark.engine import AsyncEngine, build_session
+from async_spark.engine.resident import ResidentTransport
 from async_spark.engine.spark import SparkTransport
 from async_spark.solvers import TrainConfig, train_linear
 
@@ -68,6 +74,7 @@ def main(argv: list[str] | None = None) -> float:
     )
     ap.add_argument("--updates", type=int, default=None)
     ap.add_argument("--partitions", type=int, default=None, help="default 32 (smoke: 4)")
+    ap.add_argument("--transport", choices=("jobs", "resident"), default="jobs")
     args = ap.parse_args(argv)
     updates = args.updates or (150 if args.smoke else 3000 if args.quick else 20000)
     P = args.partitions or (4 if args.smoke else 32)
@@ -82,13 +89,23 @@ def main(argv: list[str] | None = None) -> float:
     )
     jpid = jvm_pid(spark)
     engines: list[AsyncEngine] = []
+    transports: list = []
 
     def factory(task_fn, **kw):
-        engine = AsyncEngine(SparkTransport(spark.sparkContext), task_fn, **kw)
+        if args.transport == "resident":
+            transport = ResidentTransport(spark)
+        else:
+            transport = SparkTransport(spark.sparkContext)
+        transports.append(transport)
+        engine = AsyncEngine(transport, task_fn, **kw)
         engines.append(engine)
         return engine
 
-    samples: list[tuple[float, int, int, float, float]] = []
+    def copies() -> int:  # versions the resident transport keeps for its workers' deltas
+        t = transports[-1] if transports else None
+        return t.stats["copies_kept"] if isinstance(t, ResidentTransport) else 0
+
+    samples: list[tuple[float, int, int, float, float, int]] = []
     heap: list[tuple[int, float]] = []
     pyheap: list[tuple[int, float, int]] = []
     stop = threading.Event()
@@ -102,6 +119,7 @@ def main(argv: list[str] | None = None) -> float:
                 threading.active_count(),
                 rss_mb(os.getpid()),
                 rss_mb(jpid),
+                copies(),
             )
         )
         if eng is not None and len(samples) % 10 == 0:
@@ -155,6 +173,7 @@ def main(argv: list[str] | None = None) -> float:
     warm_py = [p for p in pyheap if p[0] >= updates // 10] or pyheap
     growth = (end[3] + end[4]) - (start[3] + start[4])
     c = result.engine_snapshot["counts"]
+    print(f"{args.transport} transport:")
     print(f"{updates} updates, {P} blocks, {elapsed:.0f} s ({updates / elapsed:.1f} updates/s)")
     print(
         f"  results: accepted {c['accepted']}, rejected {c['rejected']}, cancelled "
@@ -170,6 +189,11 @@ def main(argv: list[str] | None = None) -> float:
         f"  driver threads: {threads_before} before, max {max(s[2] for s in samples)} during, "
         f"{threads_after} after"
     )
+    if args.transport == "resident":
+        print(
+            f"  version copies kept by the resident transport: max "
+            f"{max(s[5] for s in samples)} during the run, {copies()} after close"
+        )
     print(
         f"  driver RSS (python + JVM): {start[3]:.0f} + {start[4]:.0f} MB after warm-up -> "
         f"{end[3]:.0f} + {end[4]:.0f} MB at the end"
