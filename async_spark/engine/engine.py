@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from .columns import Columns
 from .core import Decision, SchedulerCore, TaskStatus, TaskTicket
 from .history import HistoryStore
 from .policies import Policy
@@ -171,7 +172,8 @@ class AsyncEngine:
         self.slow_executor: str | None = None
         self.last_error: str | None = None
         self.keep_trajectory = keep_trajectory
-        self.trajectory: list[tuple[float, int, int, int, bool, str]] = []
+        # (seconds, version, staleness, block, accepted, executor) per result, column-wise
+        self.trajectory = Columns("fiiibs")
         self._t0 = clock()
 
     # --- lifecycle ----------------------------------------------------------------------------
