@@ -20,9 +20,9 @@ possible speedup is  round time with stragglers / round time without, both measu
 synchronous method (``ceiling`` column). The measured speedup is reported beside it.
 
 **Straggler delays** are multiples of the *task time on a dedicated core*: the median time of a
-single gradient task run alone through Spark (dispatch to result), measured before the runs.
-ASYNC measured its mean task time on workers that each had their own core; measuring it here with
-8 tasks sharing 2 cores would count the queueing as task time.
+single gradient task run alone through Spark (dispatch to result) on the runs' transport, measured
+before the runs. ASYNC measured its mean task time on workers that each had their own core;
+measuring it here with 8 tasks sharing 2 cores would count the queueing as task time.
 
 **Repeats.** Every configuration runs ``--repeats`` times (default 3; ``--smoke``: 1). A repeat
 runs the pair without stragglers, then the pair under each straggler model; the two methods of
@@ -59,6 +59,7 @@ from _common import format_median_range, median_range, print_table  # noqa: E402
 
 from async_spark.data.dataset import open_dataset  # noqa: E402
 from async_spark.engine import AsyncEngine, Policy, build_session  # noqa: E402
+from async_spark.engine.resident import ResidentTransport  # noqa: E402
 from async_spark.engine.spark import SparkTransport  # noqa: E402
 from async_spark.models.linear import init_params  # noqa: E402
 from async_spark.solvers import TrainConfig, build_model, train_linear  # noqa: E402
@@ -72,8 +73,18 @@ DEFAULT_DATA = "builtin:synthetic?n=100000&d=10000&nnz=50&seed=0"
 SMOKE_DATA = "builtin:synthetic?n=4000&d=200&nnz=10&seed=0"
 
 
-def dedicated_core_task_seconds(sc, source, desc, cfg: TrainConfig, tasks: int = 24) -> float:
-    """Median dispatch-to-result time of one gradient task at a time (no queueing)."""
+def make_transport(spark, name: str):
+    """The transport the runs use (``TrainConfig.transport``), for the calibration."""
+    if name == "resident":
+        return ResidentTransport(spark)
+    return SparkTransport(spark.sparkContext)
+
+
+def dedicated_core_task_seconds(spark, source, desc, cfg: TrainConfig, tasks: int = 24) -> float:
+    """Median dispatch-to-result time of one gradient task at a time (no queueing), on the
+    transport the runs use: a straggler's delay is a multiple of the task time the run sees (a
+    job-per-task calibration made it ~115 ms where a resident task takes a few, so every delay
+    was 30-40 times the intended multiple)."""
     model = build_model(cfg, desc)
     theta = init_params(model)
     computation = method_row(cfg.method).computation
@@ -87,7 +98,7 @@ def dedicated_core_task_seconds(sc, source, desc, cfg: TrainConfig, tasks: int =
 
     seconds = []
     with AsyncEngine(
-        SparkTransport(sc),
+        make_transport(spark, cfg.transport),
         task,
         num_blocks=desc.num_blocks,
         policy=Policy.asynchronous(),
@@ -343,7 +354,7 @@ def main(argv: list[str] | None = None) -> float:
                 pair = f"{PAIRS[sync]}/{sync}"
                 cal_cfg = dataclasses.replace(base, **{"method": sync})
                 task_s = dedicated_core_task_seconds(
-                    spark.sparkContext, *dataset, cal_cfg, tasks=calibration_tasks
+                    spark, *dataset, cal_cfg, tasks=calibration_tasks
                 )
                 runs: dict[str, list[dict[str, Any]]] = {model: [] for model in models}
                 for rep in range(repeats):
