@@ -33,7 +33,7 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -78,7 +78,7 @@ class TrainResult:
     rejected: int
     final_objective: float
     time_to_target: float | None
-    trace: list[dict[str, Any]]
+    trace: Sequence[dict[str, Any]]  # a TraceView: column-wise, read as dicts
     engine_snapshot: dict[str, Any]
     stopped_by: str
     snapshots: list[tuple[float, int, float]] = field(default_factory=list)

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -21,7 +21,7 @@ from async_spark.engine.columns import Columns
 
 from .evaluate import Evaluator
 
-__all__ = ["Recorder", "RunRecord", "SnapshotEvaluator"]
+__all__ = ["Recorder", "RunRecord", "SnapshotEvaluator", "TraceView"]
 
 MAX_SNAPSHOTS = 400  # snapshots kept in memory for evaluation (decimated beyond)
 
@@ -72,11 +72,54 @@ class SnapshotEvaluator:
         self._thread.join(timeout=600)
 
 
+class TraceView(Sequence[dict[str, Any]]):
+    """A finished run's trace: records stored column-wise, read as the trace's dicts
+    (``seconds``, ``version``, ``staleness``, ``block``, ``objective``, and ``accepted: False``
+    for a rejected result). A new dict at each read: mutating one changes nothing."""
+
+    def __init__(self, columns: Columns) -> None:
+        self._columns = columns
+
+    def __len__(self) -> int:
+        return len(self._columns)
+
+    @overload
+    def __getitem__(self, i: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, i: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        return _finished_record(self._columns[i])
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return (_finished_record(row) for row in self._columns)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, TraceView | list | tuple):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"TraceView({len(self)} records)"
+
+
+def _finished_record(row: tuple[Any, ...]) -> dict[str, Any]:
+    seconds, version, staleness, block, objective, has_objective, accepted = row
+    return _record(
+        (seconds, version, staleness, block, objective if has_objective else None, accepted)
+    )
+
+
 @dataclass
 class RunRecord:
     """What the recording of a finished run holds."""
 
-    trace: list[dict[str, Any]]
+    trace: Sequence[dict[str, Any]]
     snapshots: list[tuple[float, int, float]]  # (seconds, version, objective)
     final_objective: float
     time_to_target: float | None
@@ -236,15 +279,17 @@ class Recorder:
             objs = self.evaluator.objectives(np.stack([snapshots[i][2] for i in todo]))
             values.update(zip(todo, (float(v) for v in objs), strict=True))
         by_version = {snapshots[i][1]: values[i] for i in range(len(snapshots))}
-        trace = self.trace
-        for rec in trace:
-            if rec.get("accepted", True) and rec["version"] in by_version:
-                rec["objective"] = by_version[rec["version"]]
-        trace.sort(key=lambda r: (r["seconds"], r["version"]))
-        trace.insert(
-            0,
-            {"seconds": 0.0, "version": 0, "staleness": 0, "block": None, "objective": values[0]},
-        )
+        rows = sorted(self._trace, key=lambda r: (r[0], r[1]))  # stable: ties keep their order
+        finished = Columns("fiinfbb")  # the objective may be NaN itself: a flag says None
+        finished.append((0.0, 0, 0, None, values[0], True, True))
+        for seconds, v, staleness, block, objective, accepted in rows:
+            if accepted and v in by_version:
+                objective = by_version[v]
+            has = objective is not None
+            finished.append(
+                (seconds, v, staleness, block, objective if has else 0.0, has, accepted)
+            )
+        trace = TraceView(finished)
         time_to_target = None
         if self.target is not None:
             time_to_target = next(

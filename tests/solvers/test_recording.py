@@ -1,0 +1,71 @@
+"""The recorder's trace: column-wise while the run goes, the same dicts as ever when read."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from async_spark.solvers.recording import Recorder, TraceView
+
+
+class _SumEvaluator:
+    """F(theta) = sum(theta), or NaN where theta holds a NaN (a diverged snapshot)."""
+
+    def objectives(self, thetas):
+        return np.atleast_2d(thetas).sum(axis=1)
+
+
+def _run(models):
+    rec = Recorder(_SumEvaluator(), eval_every=1.0, initial_theta=np.zeros(2))
+    for now, version, staleness, block, model in models:
+        rec.update(now, version, staleness, block, np.asarray(model, dtype=float))
+    return rec
+
+
+def test_the_finished_trace_has_every_record_sorted_with_the_snapshots_objectives():
+    rec = _run(
+        [
+            (0.5, 1, 0, 0, [1.0, 0.0]),
+            (1.2, 2, 1, 1, [2.0, 0.0]),  # a snapshot (eval_every 1 s)
+            (1.2, 3, 0, None, [3.0, 0.0]),  # same time: kept after version 2
+        ]
+    )
+    rec.rejected([(0.9, 2, 5, 1, False, "exec"), (0.7, 1, 0, 0, True, "exec")])
+    assert rec.trace[-1] == {
+        "seconds": 0.9,
+        "version": 2,
+        "staleness": 5,
+        "block": 1,
+        "objective": None,
+        "accepted": False,
+    }
+    record = rec.finish(wall=1.5, version=3, model=np.array([3.0, 1.0]))
+    assert isinstance(record.trace, TraceView) and len(record.trace) == 5
+    assert list(record.trace) == [
+        {"seconds": 0.0, "version": 0, "staleness": 0, "block": None, "objective": 0.0},
+        {"seconds": 0.5, "version": 1, "staleness": 0, "block": 0, "objective": None},
+        # a rejected result never takes the objective of its version's snapshot
+        {
+            "seconds": 0.9,
+            "version": 2,
+            "staleness": 5,
+            "block": 1,
+            "objective": None,
+            "accepted": False,
+        },
+        {"seconds": 1.2, "version": 2, "staleness": 1, "block": 1, "objective": 2.0},
+        {"seconds": 1.2, "version": 3, "staleness": 0, "block": None, "objective": 4.0},
+    ]
+    assert record.trace[-1]["objective"] == 4.0 and record.trace[1:3] == list(record.trace)[1:3]
+    record.trace[1]["objective"] = 99.0  # a read is a copy
+    assert record.trace[1]["objective"] is None
+    assert record.final_objective == 4.0
+
+
+def test_a_nan_objective_stays_nan_and_a_resumed_trace_comes_back_whole():
+    rec = _run([(1.5, 1, 0, 0, [math.nan, 0.0])])
+    record = rec.finish(wall=2.0, version=1, model=np.array([math.nan, 0.0]))
+    assert math.isnan(record.trace[1]["objective"])  # not turned into "no objective"
+    resumed = Recorder(_SumEvaluator(), eval_every=1.0, initial_theta=np.zeros(2), trace=rec.trace)
+    assert resumed.trace == rec.trace
