@@ -32,7 +32,7 @@ def test_the_finished_trace_has_every_record_sorted_with_the_snapshots_objective
         ]
     )
     rec.rejected([(0.9, 2, 5, 1, False, "exec"), (0.7, 1, 0, 0, True, "exec")])
-    assert rec.trace[-1] == {
+    rejected = {
         "seconds": 0.9,
         "version": 2,
         "staleness": 5,
@@ -40,20 +40,13 @@ def test_the_finished_trace_has_every_record_sorted_with_the_snapshots_objective
         "objective": None,
         "accepted": False,
     }
+    assert rec.trace[-1] == rejected
     record = rec.finish(wall=1.5, version=3, model=np.array([3.0, 1.0]))
     assert isinstance(record.trace, TraceView) and len(record.trace) == 5
     assert list(record.trace) == [
         {"seconds": 0.0, "version": 0, "staleness": 0, "block": None, "objective": 0.0},
         {"seconds": 0.5, "version": 1, "staleness": 0, "block": 0, "objective": None},
-        # a rejected result never takes the objective of its version's snapshot
-        {
-            "seconds": 0.9,
-            "version": 2,
-            "staleness": 5,
-            "block": 1,
-            "objective": None,
-            "accepted": False,
-        },
+        rejected,  # a rejected result never takes the objective of its version's snapshot
         {"seconds": 1.2, "version": 2, "staleness": 1, "block": 1, "objective": 2.0},
         {"seconds": 1.2, "version": 3, "staleness": 0, "block": None, "objective": 4.0},
     ]
