@@ -964,7 +964,10 @@ class ResidentTransport(Transport):
                 job.join(max(0.0, min(wait, deadline - time.monotonic())))
                 log.debug("resident transport: job thread alive=%s", job.is_alive())
                 if job.is_alive():
-                    log.warning("resident transport: workers did not leave; cancelling the job")
+                    if started:
+                        log.warning("resident transport: workers did not leave; cancelling the job")
+                    else:  # expected: a late task is cancelled before it starts
+                        log.info("resident transport: a task never connected; cancelling the job")
                     self._cancel_job()
                     job.join(max(0.0, deadline - time.monotonic()))
         finally:
