@@ -546,34 +546,28 @@ def _hold_one_slot(sc, seconds):
     return thread
 
 
-@spark_only
-@pytest.mark.parametrize("grace", [0.5, None])
-def test_start_does_not_wait_for_a_late_worker_unless_told(spark, grace):
-    # One of the 4 slots is busy for 6 s, so one resident task starts late: the run begins on
-    # the 3 that connected (its 4th block's tickets wait) unless start_grace is None.
-    _register_by_value()
-    sum_of_blocks_run(ResidentTransport(spark))  # Python workers started: time the wait only
-    holder = _hold_one_slot(spark.sparkContext, 6.0)
-    transport = ResidentTransport(spark, start_grace=grace)
+@pytest.mark.parametrize(
+    ("grace", "waited", "waiting"), [(0.3, (0.3, 0.9), 1), (None, (1.0, 2.5), 0)]
+)
+def test_start_waits_start_grace_after_the_first_worker_then_goes_on(grace, waited, waiting):
+    # The wait rule alone (no job): block 0's worker connects after 0.1 s, block 1's never. With
+    # a grace the run begins 0.3 s later with one block waiting; without, start waits until
+    # connect_timeout (1 s) and goes on with the connected one, as before.
+    transport = ResidentTransport(object(), connect_timeout=1.0, start_grace=grace)
+    transport.num_blocks = 2
+
+    def connect_block_0():
+        time.sleep(0.1)
+        with transport._lock:
+            transport._owners[0] = object()
+            transport._lock.notify_all()
+
+    threading.Thread(target=connect_block_0, daemon=True).start()
     t0 = time.monotonic()
-    with sleepy_engine(transport) as eng:
-        started = time.monotonic() - t0
-        first_of_block3 = None
-        for i, r in enumerate(eng.results()):
-            if r.block == 3 and first_of_block3 is None:
-                first_of_block3 = i
-            eng.publish(None)
-            if first_of_block3 is not None and i >= first_of_block3 + 8:
-                break
-        assert eng.core.accounting_closes()
-    holder.join()
-    if grace is None:  # the run began with every worker there
-        # (not timed: on CI's loaded machine the slot-holding task once ended early, and start
-        # then took 1.8 s with every worker connected)
-        assert transport.blocks_waiting_at_start == 0
-    else:
-        assert started < 4.0 and transport.blocks_waiting_at_start == 1
-        assert first_of_block3 > 100  # the 3 others worked meanwhile (2 ms tasks, ~5 s)
+    transport._wait_connected()
+    took = time.monotonic() - t0
+    assert waited[0] <= took < waited[1], took
+    assert transport.blocks_waiting_at_start == waiting
 
 
 @spark_only
