@@ -539,7 +539,7 @@ def _hold_one_slot(sc, seconds):
                     return True
         return False
 
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120  # in the full suite all 4 slots were once busy ~60 s
     while not running():
         assert time.monotonic() < deadline, "the slot-holding job did not start"
         time.sleep(0.05)
@@ -577,7 +577,7 @@ def test_closing_before_a_late_worker_connects_cancels_its_task_at_once(spark):
     holder = _hold_one_slot(spark.sparkContext, 8.0)
     transport = ResidentTransport(spark)
     with sleepy_engine(transport) as eng:
-        assert transport.blocks_waiting_at_start == 1
+        assert transport.blocks_waiting_at_start >= 1  # the held slot (others may be busy too)
         for i, _ in enumerate(eng.results()):
             eng.publish(None)
             if i == 20:
