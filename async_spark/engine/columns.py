@@ -10,7 +10,6 @@ Records are rebuilt as tuples when read, with the same values and types they wer
 
 from __future__ import annotations
 
-import math
 from array import array
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -23,12 +22,11 @@ _NONE_INT = -(2**63)  # the sentinel of None in an integer column
 class Columns:
     """Rows of fixed fields, one typed column each.
 
-    ``kinds``: one letter per field: ``f`` float, ``i`` integer, ``n`` integer or None, ``o``
-    float or None (None stored as NaN: the field must not hold NaN itself), ``b`` bool, ``s``
-    str (interned).
+    ``kinds``: one letter per field: ``f`` float, ``i`` integer, ``n`` integer or None, ``b``
+    bool, ``s`` str (interned).
     """
 
-    _CODES = {"f": "d", "i": "q", "n": "q", "o": "d", "b": "b", "s": "l"}
+    _CODES = {"f": "d", "i": "q", "n": "q", "b": "b", "s": "l"}
 
     def __init__(self, kinds: str, rows: Iterable[tuple[Any, ...]] = ()) -> None:
         if not kinds or any(k not in self._CODES for k in kinds):
@@ -47,8 +45,6 @@ class Columns:
             for column, kind, value in zip(self._columns, self.kinds, row, strict=True):
                 if kind == "n":
                     value = _NONE_INT if value is None else value
-                elif kind == "o":
-                    value = math.nan if value is None else value
                 elif kind == "s":
                     value = self._intern(value)
                 column.append(value)
@@ -92,8 +88,6 @@ class Columns:
     def _decode(self, column: array, kind: str) -> list[Any]:
         if kind == "n":
             return [None if v == _NONE_INT else v for v in column]
-        if kind == "o":
-            return [None if v != v else v for v in column]
         if kind == "b":
             return [bool(v) for v in column]
         if kind == "s":

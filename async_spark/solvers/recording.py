@@ -92,10 +92,10 @@ class TraceView(Sequence[dict[str, Any]]):
     def __getitem__(self, i: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
-        return _finished_record(self._columns[i])
+        return _record(self._columns[i])
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        return (_finished_record(row) for row in self._columns)
+        return (_record(row) for row in self._columns)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, TraceView | list | tuple):
@@ -108,13 +108,6 @@ class TraceView(Sequence[dict[str, Any]]):
         return f"TraceView({len(self)} records)"
 
 
-def _finished_record(row: tuple[Any, ...]) -> dict[str, Any]:
-    seconds, version, staleness, block, objective, has_objective, accepted = row
-    return _record(
-        (seconds, version, staleness, block, objective if has_objective else None, accepted)
-    )
-
-
 @dataclass
 class RunRecord:
     """What the recording of a finished run holds."""
@@ -125,8 +118,25 @@ class RunRecord:
     time_to_target: float | None
 
 
-def _row(record: dict[str, Any]) -> tuple[Any, ...]:
-    return (
+#: The trace's columns: seconds, version, staleness, block (or None), objective, whether there is
+#: an objective (it may be NaN itself), accepted.
+_TRACE_KINDS = "fiinfbb"
+
+
+def _row(
+    seconds: float,
+    version: int,
+    staleness: int,
+    block: int | None,
+    objective: float | None,
+    accepted: bool = True,
+) -> tuple[Any, ...]:
+    has = objective is not None
+    return (seconds, version, staleness, block, objective if has else 0.0, has, accepted)
+
+
+def _row_of(record: dict[str, Any]) -> tuple[Any, ...]:
+    return _row(
         record["seconds"],
         record["version"],
         record["staleness"],
@@ -137,13 +147,13 @@ def _row(record: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def _record(row: tuple[Any, ...]) -> dict[str, Any]:
-    seconds, version, staleness, block, objective, accepted = row
+    seconds, version, staleness, block, objective, has_objective, accepted = row
     out = {
         "seconds": seconds,
         "version": version,
         "staleness": staleness,
         "block": block,
-        "objective": objective,
+        "objective": objective if has_objective else None,
     }
     if not accepted:
         out["accepted"] = False
@@ -184,7 +194,7 @@ class Recorder:
         self.target = target_objective
         # one record per update (and rejected result), column-wise: a long run's trace in
         # 41 bytes a record rather than a dict's ~300
-        self._trace = Columns("fiinob", (_row(r) for r in trace or ()))
+        self._trace = Columns(_TRACE_KINDS, (_row_of(r) for r in trace or ()))
         self.snapshots: list[tuple[float, int, np.ndarray]] = (
             [(0.0, 0, np.array(initial_theta))] if snapshots is None else list(snapshots)
         )
@@ -212,7 +222,7 @@ class Recorder:
         self, now: float, version: int, staleness: int, block: int | None, model: np.ndarray
     ) -> None:
         """One applied update; ``model`` is the iterate to snapshot when one is due."""
-        self._trace.append((round(now, 6), version, int(staleness), block, None, True))
+        self._trace.append(_row(round(now, 6), version, int(staleness), block, None))
         if now < self.next_snapshot:
             return
         self.snapshots.append((now, version, np.array(model)))
@@ -266,7 +276,7 @@ class Recorder:
 
     def rejected(self, trajectory: Iterable[tuple[float, int, int, int, bool, str]]) -> None:
         """Rejected results join the trace at the end of the run."""
-        self._trace.extend(_row(r) for r in self.rejected_records(trajectory))
+        self._trace.extend(_row_of(r) for r in self.rejected_records(trajectory))
 
     def finish(self, wall: float, version: int, model: np.ndarray) -> RunRecord:
         """Off the clock: the last snapshot, every objective in one job, the trace completed."""
@@ -280,15 +290,11 @@ class Recorder:
             values.update(zip(todo, (float(v) for v in objs), strict=True))
         by_version = {snapshots[i][1]: values[i] for i in range(len(snapshots))}
         rows = sorted(self._trace, key=lambda r: (r[0], r[1]))  # stable: ties keep their order
-        finished = Columns("fiinfbb")  # the objective may be NaN itself: a flag says None
-        finished.append((0.0, 0, 0, None, values[0], True, True))
-        for seconds, v, staleness, block, objective, accepted in rows:
+        finished = Columns(_TRACE_KINDS, [_row(0.0, 0, 0, None, values[0])])
+        for seconds, v, staleness, block, objective, has, accepted in rows:
             if accepted and v in by_version:
-                objective = by_version[v]
-            has = objective is not None
-            finished.append(
-                (seconds, v, staleness, block, objective if has else 0.0, has, accepted)
-            )
+                objective, has = by_version[v], True
+            finished.append((seconds, v, staleness, block, objective, has, accepted))
         trace = TraceView(finished)
         time_to_target = None
         if self.target is not None:
