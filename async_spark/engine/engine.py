@@ -34,7 +34,7 @@ from .core import Decision, SchedulerCore, TaskStatus, TaskTicket
 from .history import HistoryStore
 from .policies import Policy
 from .stragglers import NO_DELAY, StragglerModel
-from .task import TaskFunction
+from .task import TaskFunction, resolve_held
 from .transport import Outcome, TaskCall, Transport
 
 __all__ = ["AsyncEngine", "EngineError", "TaskResult"]
@@ -155,6 +155,7 @@ class AsyncEngine:
         self.transport = transport
         self.task_fn = task_fn
         self.task_args = task_args
+        self._keeps_tables = transport.keeps_tables(task_fn)
         self.stragglers = stragglers or StragglerModel("none")
         self.warmup_tasks = 2 * num_blocks if warmup_tasks is None else warmup_tasks
         self.run_name = run_name
@@ -315,6 +316,8 @@ class AsyncEngine:
             try:
                 handle = self.history.acquire(ticket.version)
                 args = self.task_args(ticket) if self.task_args is not None else None
+                if not self._keeps_tables:
+                    args = resolve_held(args)
                 delay = self._delay_for(ticket)
                 call = TaskCall(
                     self.task_fn, handle, ticket.block, ticket.task_id, ticket.version, args, delay
@@ -403,6 +406,9 @@ class AsyncEngine:
         snap["mean_task_seconds"] = self.mean_task_seconds
         snap["live_broadcasts"] = self.history.live_handles
         snap["stragglers"] = str(self.stragglers)
+        counters = self.transport.counters()
+        if counters:
+            snap["transport"] = counters
         return snap
 
     def write_trajectory(self, path: str | os.PathLike[str]) -> None:

@@ -44,14 +44,22 @@ from collections import Counter, OrderedDict, deque
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from .core import TaskStatus, TaskTicket
 from .history import InlinePublisher
 from .stragglers import NO_DELAY, Delay
-from .task import TaskFunction, TaskReport, executor_identity, timed_task
+from .tables import DriverTables, TableInstruction, WorkerTables
+from .task import (
+    TaskFunction,
+    TaskReport,
+    executor_identity,
+    held_field,
+    keeps_held_rows,
+    timed_task,
+)
 from .transport import Outcome, TaskCall, Transport, _describe
 from .wire import (
     DEFAULT_MAX_BODY_BYTES,
@@ -215,6 +223,18 @@ def _apply_delta(base: Any, indices: Any, values: Any) -> np.ndarray:
     return new
 
 
+class _Ticket(NamedTuple):
+    """A ticket as the worker's compute thread runs it."""
+
+    task_id: int
+    block: int
+    model: Any
+    args: Any
+    delay: Delay
+    table: TableInstruction | None  # about the block's HeldRows table, if the args hold one
+    table_value: Any  # the table itself (instruction "full")
+
+
 class _Session:
     """One connection of a worker: send lock, liveness, tickets queued and their cancel events."""
 
@@ -223,7 +243,7 @@ class _Session:
         self.lock = threading.Lock()
         self.last_seen = time.monotonic()
         self.events: dict[int, threading.Event] = {}
-        self.tickets: queue.Queue[tuple[int, int, Any, Any, Delay] | None] = queue.Queue()
+        self.tickets: queue.Queue[_Ticket | None] = queue.Queue()
         self.stop = threading.Event()
 
     def send(self, parts: list[Any]) -> bool:
@@ -249,6 +269,7 @@ class _Worker:
         self.partition = partition
         self.attempt = attempt
         self.models: OrderedDict[int, Any] = OrderedDict()
+        self.tables = WorkerTables()  # HeldRows tables of this worker's blocks
         self.served = 0
 
     def run(self) -> int:
@@ -291,6 +312,7 @@ class _Worker:
     def _session(self, sock: socket.socket) -> str:
         cfg = self.cfg
         self.models.clear()  # a new connection: the driver's mirror of what we hold starts empty
+        self.tables.clear()
         s = _Session(sock)
         stream = sock.makefile("rb", buffering=1 << 16)
         hello = {
@@ -356,7 +378,7 @@ class _Worker:
             block, version, mode = f["b"], f["v"], f["m"]
             if block not in self.blocks:
                 raise ValueError(f"block {block} is not served by this worker")
-            part, args = payload
+            part, args, table_value = payload
             if mode == "held":
                 model = self.models[version]
                 self.models.move_to_end(version)
@@ -370,6 +392,7 @@ class _Worker:
                 raise ValueError(f"unknown model mode {mode!r}")
             d = f.get("d")
             delay = NO_DELAY if d is None else Delay(float(d[0]), d[1], float(d[2]))
+            table = None if f.get("s") is None else TableInstruction.from_header(f["s"])
         except (KeyError, ValueError, TypeError, IndexError, WireError) as exc:
             # the driver's mirror of our versions follows the same rules: a mismatch is a bug,
             # reported as this task's failure
@@ -377,7 +400,7 @@ class _Worker:
             s.send(encode_frame("error", {"id": task_id, "e": text}))
             return
         s.events[task_id] = threading.Event()
-        s.tickets.put((task_id, block, model, args, delay))
+        s.tickets.put(_Ticket(task_id, block, model, args, delay, table, table_value))
 
     def _compute(self, s: _Session) -> None:
         task_fn = self.cfg.task_fn
@@ -385,9 +408,17 @@ class _Worker:
             item = s.tickets.get()
             if item is None or s.stop.is_set():
                 return
-            task_id, block, model, args, delay = item
+            task_id, block, model, args, delay = item[:5]
             event = s.events.get(task_id)
             try:
+                try:
+                    # a table instruction is followed even for a cancelled ticket: the driver's
+                    # mirror assumes it was
+                    args, rows = self._table_args(item)
+                except (ValueError, TypeError, IndexError) as exc:
+                    text = f"resident worker could not read the table of ticket {task_id}: {exc}"
+                    s.send(encode_frame("error", {"id": task_id, "e": text}))
+                    continue
                 if event is None or event.is_set():
                     s.send(encode_frame("cancelled", {"id": task_id}))
                     continue
@@ -395,6 +426,9 @@ class _Worker:
                     report = timed_task(
                         task_fn, _constant(model), block, task_id, args, delay, sleep=event.wait
                     )
+                    if rows is not None and report is not None:
+                        # the rows this result writes, kept until the next ticket of the block
+                        self.tables.keep(task_fn, block, task_id, rows, report.payload)
                 except Exception as exc:  # noqa: BLE001 - a failing task is an outcome
                     s.send(encode_frame("error", {"id": task_id, "e": _describe(exc)}))
                     continue
@@ -412,6 +446,16 @@ class _Worker:
                     self.served += 1
             finally:
                 s.events.pop(task_id, None)
+
+    def _table_args(self, ticket: _Ticket) -> tuple[Any, np.ndarray | None]:
+        """The task's args with the rows of its block's table filled in, and those rows (None
+        when the ticket reads no table)."""
+        if ticket.table is None:
+            return ticket.args, None
+        table = self.tables.apply(ticket.block, ticket.table, ticket.table_value)
+        return self.tables.task_args(
+            self.cfg.task_fn, ticket.block, ticket.args, ticket.table, table
+        )
 
     def _heartbeat(self, s: _Session) -> None:
         cfg = self.cfg
@@ -447,6 +491,7 @@ class _Conn:
         self.attempt = int(hello.get("attempt", 0))
         self.send_lock = threading.Lock()
         self.held: OrderedDict[int, None] = OrderedDict()  # mirror of the worker's versions
+        self.tables = DriverTables()  # mirror of its HeldRows tables (under the transport's lock)
         self.in_flight: dict[int, tuple[TaskTicket, float]] = {}
         self.last_seen = time.monotonic()
         self.last_sent = time.monotonic()
@@ -552,6 +597,11 @@ class ResidentTransport(Transport):
         Largest frame body accepted from the network (models and payloads), either side.
     max_relaunches : int
         Times the job is launched again when it fails (every task lost) while the run goes on.
+    keep_tables : bool
+        Whether workers keep the per-block tables that tasks read rows of (SAGA's scalars:
+        :class:`~.task.HeldRows`, :mod:`.tables`), so that a ticket carries a label instead of
+        the rows (default True). False ships the rows with every ticket, as the other
+        transports do (for comparison).
     source : BlockSource, optional
         The run's dataset. When its blocks are a DataFrame's partitions
         (:func:`~async_spark.data.frame.open_frame`), the job maps over that DataFrame and each
@@ -576,6 +626,7 @@ class ResidentTransport(Transport):
         max_versions: int = 4,
         max_frame_bytes: int = DEFAULT_MAX_BODY_BYTES,
         max_relaunches: int = 2,
+        keep_tables: bool = True,
         source: Any = None,
     ) -> None:
         super().__init__()
@@ -649,6 +700,7 @@ class ResidentTransport(Transport):
         self.max_versions = max_versions
         self.max_frame_bytes = max_frame_bytes
         self.max_relaunches = max_relaunches
+        self.keep_tables = bool(keep_tables)
         self.handshake_timeout = 10.0
 
         self._lock = threading.Condition()
@@ -679,10 +731,20 @@ class ResidentTransport(Transport):
         self.launches = 0
         self.blocks_waiting_at_start = 0  # blocks without a worker when start() returned
         self._counts = {"full": 0, "delta": 0, "held": 0}
+        self._table_counts = {"full": 0, "held": 0, "commit": 0}
+        self._ticket_bytes = 0
         self.address: tuple[str, int] | None = None  # where the server listens
         self.advertised: tuple[str, int] | None = None  # what the workers dial
 
     # --- lifecycle ----------------------------------------------------------------------------
+    def counters(self) -> dict[str, int]:
+        return self.stats
+
+    def keeps_tables(self, task_fn: TaskFunction) -> bool:
+        """Yes, for a task function that says which rows its tasks read and write
+        (:func:`~.task.keeps_held_rows`): each worker keeps its blocks' tables (:mod:`.tables`)."""
+        return self.keep_tables and keeps_held_rows(task_fn)
+
     def start(
         self, num_blocks: int, slots: int, run_name: str, *, task_fn: TaskFunction | None = None
     ) -> None:
@@ -1043,8 +1105,9 @@ class ResidentTransport(Transport):
             fields["m"] = mode
             if base is not None:
                 fields["base"] = base
-            parts = encode_frame("ticket", fields, (part, call.args))
-            self._hold(conn, version, model, mode)
+            args, table = self._table_part(conn, ticket, call.args, fields)
+            parts = encode_frame("ticket", fields, (part, args, table))
+            self._hold(conn, version, model, mode, sum(len(p) for p in parts))
             try:
                 send_frame(conn.sock, parts)
                 conn.last_sent = time.monotonic()
@@ -1054,6 +1117,24 @@ class ResidentTransport(Transport):
                 send_error = None
         if send_error is not None:
             self._drop(conn, f"send failed: {send_error}")
+
+    def _table_part(
+        self, conn: _Conn, ticket: TaskTicket, args: Any, fields: dict[str, Any]
+    ) -> tuple[Any, Any]:
+        """The args to send (a HeldRows field emptied: the worker fills it from its table) and
+        the table when the worker must get it in full; the instruction goes in ``fields``."""
+        i = held_field(args)
+        if i is None:
+            return args, None
+        with self._lock:
+            instruction, table = conn.tables.instruct(
+                ticket.task_id, ticket.block, ticket.block_task, i, args[i]
+            )
+            self._table_counts[instruction.mode] += 1
+        fields["s"] = instruction.to_header()
+        values = list(args)
+        values[i] = None
+        return type(args)(*values), table
 
     def _model_part(self, conn: _Conn, version: int, model: Any) -> tuple[str, int | None, Any]:
         """How ``version`` travels to this worker: ``held`` (it has it), a ``delta`` against the
@@ -1079,10 +1160,12 @@ class ResidentTransport(Transport):
                     return "delta", base_version, delta
         return "full", None, model
 
-    def _hold(self, conn: _Conn, version: int, model: Any, mode: str) -> None:
-        """Record that the worker now holds ``version`` (the same rule as its own store)."""
+    def _hold(self, conn: _Conn, version: int, model: Any, mode: str, size: int) -> None:
+        """Record that the worker now holds ``version`` (the same rule as its own store), and
+        count the ticket's ``size`` in bytes."""
         with self._lock:
             self._counts[mode] += 1
+            self._ticket_bytes += size
             if conn.closed:
                 return
             if mode == "held":
@@ -1375,6 +1458,7 @@ class ResidentTransport(Transport):
         if type(task_id) is not int or kind not in ("result", "error", "cancelled"):
             raise BadHeader(f"unexpected message {kind!r}")
         with self._lock:
+            conn.tables.on_reply(kind, task_id)  # before the outcome: a next ticket reads it
             if self._where.get(task_id) is conn:
                 del self._where[task_id]
                 taken = conn.in_flight.pop(task_id, None)
@@ -1472,12 +1556,17 @@ class ResidentTransport(Transport):
     @property
     def stats(self) -> dict[str, int]:
         """Tickets sent, by how their model travelled (``model_full``, ``model_delta``,
-        ``model_held``), and ``copies_kept``: the versions copied on the driver while a worker
-        holds them (the bases of deltas; at most ``max_versions`` per worker)."""
+        ``model_held``) and, for tickets that read a HeldRows table, how the table did
+        (``table_full``, ``table_held``, ``table_commit``: see :mod:`.tables`), the bytes of
+        every ticket frame sent (``ticket_bytes``), and
+        ``copies_kept``: the versions copied on the driver while a worker holds them (the bases
+        of deltas; at most ``max_versions`` per worker)."""
         with self._lock:
             out = {f"model_{k}": v for k, v in self._counts.items()}
+            out["tickets"] = sum(out.values())
+            out.update({f"table_{k}": v for k, v in self._table_counts.items()})
+            out["ticket_bytes"] = self._ticket_bytes
             out["copies_kept"] = len(self._copies)
-        out["tickets"] = sum(v for k, v in out.items() if k.startswith("model_"))
         return out
 
     def workers(self) -> list[dict[str, Any]]:

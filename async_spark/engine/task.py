@@ -14,10 +14,68 @@ from typing import Any, NamedTuple
 
 from .stragglers import Delay
 
-__all__ = ["TaskReport", "executor_identity", "run_task", "timed_task"]
+__all__ = [
+    "HeldRows",
+    "TaskReport",
+    "executor_identity",
+    "keeps_held_rows",
+    "resolve_held",
+    "run_task",
+    "timed_task",
+]
 
 TaskFunction = Callable[[int, Any, Any], Any]
 """``task_fn(block, model, args) -> payload``; runs on an executor."""
+
+
+class HeldRows(NamedTuple):
+    """Rows of a per-block table that a task reads: SAGA's old scalars of the task's sample.
+
+    ``view`` is what the task function reads (``table[rows]``). A transport that keeps each
+    block's table on the block's worker (the resident one, for a task function that says which
+    rows it reads and writes: :func:`keeps_held_rows`) ships ``table`` once per worker and after
+    that only ``origin``, a label of the table's content: the ``block_task`` of the task whose
+    result last wrote the block's rows (negative before any). The worker rebuilds ``view`` itself
+    and keeps the rows its result writes as a pending patch, which the next ticket of the block
+    commits (the driver applied the result: the table's origin is now that task's) or drops (it
+    did not). Every other transport ships ``view`` in place of the whole value
+    (:func:`resolve_held`). ``table`` must not change after dispatch: a new content is a new
+    array with a new origin.
+    """
+
+    origin: int
+    table: Any  # ndarray (rows, ...) of the block
+    view: Any  # table[rows] for this task's rows
+
+
+def keeps_held_rows(task_fn: Any) -> bool:
+    """Whether ``task_fn`` tells which rows of its block's table a task reads and writes:
+    ``task_fn.held_rows(block, args, num_rows) -> row indices`` and
+    ``task_fn.held_values(payload) -> the new values of those rows`` (what a worker needs to
+    keep a :class:`HeldRows` table)."""
+    return callable(getattr(task_fn, "held_rows", None)) and callable(
+        getattr(task_fn, "held_values", None)
+    )
+
+
+def held_field(args: Any) -> int | None:
+    """The index of the :class:`HeldRows` field of a named-tuple ``args``, or None."""
+    if isinstance(args, tuple):
+        for i, value in enumerate(args):
+            if isinstance(value, HeldRows):
+                return i
+    return None
+
+
+def resolve_held(args: Any) -> Any:
+    """``args`` with its :class:`HeldRows` field replaced by the rows the task reads (``view``):
+    what a transport that keeps no tables on its workers ships."""
+    i = held_field(args)
+    if i is None:
+        return args
+    values = list(args)
+    values[i] = args[i].view
+    return type(args)(*values) if hasattr(args, "_fields") else tuple(values)
 
 
 class TaskReport(NamedTuple):

@@ -67,6 +67,16 @@ class Transport(ABC):
         ``task_fn`` is the run's task function, for a transport that installs it on its workers
         once (the resident one); the others get it with every :class:`TaskCall`."""
 
+    def counters(self) -> dict[str, int]:
+        """How tasks travelled, for the run's summary (none by default)."""
+        return {}
+
+    def keeps_tables(self, task_fn: TaskFunction) -> bool:
+        """Whether this transport keeps :class:`~.task.HeldRows` tables on its workers for
+        ``task_fn`` (then the engine ships ``HeldRows`` as they are; otherwise only their
+        ``view``)."""
+        return False
+
     @abstractmethod
     def submit(self, ticket: TaskTicket, call: TaskCall) -> None:
         """Run ``call`` for ``ticket`` (non-blocking)."""

@@ -63,6 +63,10 @@ class SAGAMessage(NamedTuple):
         Results combined into this message (P for a synchronous round).
     old_scalars : tuple of ndarray, or None
         The scalars the tasks were given; when present, checked against the table.
+    block_tasks : tuple of int, or None
+        For each block, the ``block_task`` of the task whose result this is: it becomes the
+        label of the block's new table (``SAGAState.origins``), by which a resident worker knows
+        whether the driver applied its result. None: a fresh negative label per update.
     """
 
     blocks: tuple[int, ...]
@@ -72,15 +76,21 @@ class SAGAMessage(NamedTuple):
     staleness: int = 0
     num_tasks: int = 1
     old_scalars: tuple[np.ndarray, ...] | None = None
+    block_tasks: tuple[int, ...] | None = None
 
 
 class SAGAState(NamedTuple):
     r"""``step`` (updates applied), ``table`` (one (rows,) or (rows, K) array of scalars per
-    block) and ``avg`` :math:`\bar\alpha`."""
+    block), ``avg`` :math:`\bar\alpha`, and ``origins``: for each block, a label of its table's
+    content (the ``block_task`` of the result that last wrote it; -1 at the start), which
+    :class:`~async_spark.engine.task.HeldRows` carries to the workers that keep the tables.
+    A state restored without origins gets -1 for every block: labels only need to be unique
+    within one transport's lifetime, and the tasks of a resumed run have larger ``block_task``."""
 
     step: int
     table: tuple[np.ndarray, ...]
     avg: np.ndarray
+    origins: np.ndarray | None = None
 
 
 def combine_saga_messages(messages: Sequence[SAGAMessage]) -> SAGAMessage:
@@ -96,6 +106,9 @@ def combine_saga_messages(messages: Sequence[SAGAMessage]) -> SAGAMessage:
         max(m.staleness for m in messages),
         sum(m.num_tasks for m in messages),
         None if any(o is None for o in olds) else tuple(s for o in olds for s in o),  # type: ignore[union-attr]
+        None
+        if any(m.block_tasks is None for m in messages)
+        else tuple(t for m in messages for t in m.block_tasks),  # type: ignore[union-attr]
     )
 
 
@@ -124,7 +137,8 @@ class SAGA:
             )
         shape = self.model.scalar_shape
         table = tuple(np.zeros((rows, *shape)) for rows in self.block_rows)
-        return SAGAState(0, table, np.zeros(self.model.num_params))
+        origins = np.full(self.num_blocks, -1, dtype=np.int64)
+        return SAGAState(0, table, np.zeros(self.model.num_params), origins)
 
     def scalars_for(self, state: SAGAState, block: int, rows: np.ndarray) -> np.ndarray:
         """Driver side at dispatch: a copy of the table's scalars for local ``rows`` of ``block``."""
@@ -139,6 +153,11 @@ class SAGA:
                 f"message needs staleness >= 0 and num_tasks >= 1, got {message.staleness}, {message.num_tasks}"
             )
         table = list(state.table)
+        origins = (
+            np.full(self.num_blocks, -1, dtype=np.int64)
+            if state.origins is None
+            else np.array(state.origins, dtype=np.int64)
+        )
         for i, (block, rows, new) in enumerate(
             zip(message.blocks, message.rows, message.new_scalars, strict=True)
         ):
@@ -157,6 +176,9 @@ class SAGA:
                 )
             table[block] = table[block].copy()
             table[block][rows] = new
+            origins[block] = (
+                message.block_tasks[i] if message.block_tasks is not None else -2 - state.step
+            )
         delta = np.asarray(message.delta_sum, dtype=np.float64)
         n = self.n
         m = message.num_tasks * self.batch_fraction * n / self.num_blocks
@@ -164,7 +186,7 @@ class SAGA:
         direction = delta / m + state.avg + regularizer_gradient(self.model, params)
         new_params = prox_penalty(self.model, params - gamma * direction, gamma)
         avg = state.avg + delta / n
-        return new_params, SAGAState(state.step + 1, tuple(table), avg)
+        return new_params, SAGAState(state.step + 1, tuple(table), avg, origins)
 
 
 def saga(

@@ -96,10 +96,16 @@ def _array(name: str, fresh: Any, arrays: dict[str, np.ndarray]) -> np.ndarray:
 
 
 def state_from_parts(template: Any, arrays: dict[str, np.ndarray], scalars: dict[str, Any]) -> Any:
-    """Rebuild a rule's NamedTuple state shaped like ``template`` (the rule's fresh state)."""
+    """Rebuild a rule's NamedTuple state shaped like ``template`` (the rule's fresh state).
+
+    A field that the state's type gives a default, and that the checkpoint lacks (one written
+    before the field existed), takes its value from ``template``."""
     values: dict[str, Any] = {}
+    optional = type(template)._field_defaults
     for name, fresh in template._asdict().items():
-        if isinstance(fresh, tuple):
+        if name in optional and not (name in arrays or name in scalars or f"{name}.len" in scalars):
+            values[name] = fresh
+        elif isinstance(fresh, tuple):
             parts = scalars.get(f"{name}.len")
             if parts != len(fresh):
                 raise CheckpointError(

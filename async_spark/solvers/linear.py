@@ -137,6 +137,8 @@ class TrainResult:
             "task_seconds": _task_seconds(self.engine_snapshot["blocks"]),
             "straggler_base_seconds": self.engine_snapshot["mean_task_seconds"],
             "transport": self.config.transport,
+            # how tickets travelled (resident: models full/delta/held, SAGA tables, bytes)
+            "transport_counters": self.engine_snapshot.get("transport", {}),
             "config": self.config.as_dict(),
             **({"momentum": self.momentum} if self.momentum else {}),
         }

@@ -36,6 +36,7 @@ import numpy as np
 from async_spark.data.blocks import BlockSource, DatasetDescriptor
 from async_spark.engine.core import TaskTicket
 from async_spark.engine.engine import TaskResult
+from async_spark.engine.task import HeldRows
 from async_spark.models.linear import LinearModel
 from async_spark.optim.dcasgd import DCMessage, dcasgd
 from async_spark.optim.saga import SAGA, SAGAMessage, combine_saga_messages, saga
@@ -131,7 +132,7 @@ class Family(Protocol):
 
     def build_rule(self, problem: Problem, setup: Setup, step: StepChoice) -> Rule: ...
 
-    def at_dispatch(self, dispatch: Dispatch) -> tuple[np.ndarray | None, Any]: ...
+    def at_dispatch(self, dispatch: Dispatch) -> tuple[Any, Any]: ...
 
     def message(self, result: TaskResult, memo: Any) -> Any: ...
 
@@ -261,16 +262,26 @@ class SAGAFamily:
             step=_step_rule("constant", problem, setup, step.gamma),
         )
 
-    def at_dispatch(self, dispatch: Dispatch) -> tuple[np.ndarray | None, Any]:
-        rule, block = dispatch.rule, dispatch.ticket.block
+    def at_dispatch(self, dispatch: Dispatch) -> tuple[Any, Any]:
+        # The old scalars of the sample, as rows of the block's table: a transport that keeps the
+        # tables on the workers sends only the table's label (see HeldRows), the others the rows.
+        rule, block, state = dispatch.rule, dispatch.ticket.block, dispatch.state
         assert isinstance(rule, SAGA)
         rows = dispatch.task.sample(block, dispatch.args, rule.block_rows[block])
-        old = rule.scalars_for(dispatch.state, block, rows)
-        return old, _SAGAMemo(rows, old)
+        old = rule.scalars_for(state, block, rows)
+        origin = -1 if state.origins is None else int(state.origins[block])
+        return HeldRows(origin, state.table[block], old), _SAGAMemo(rows, old)
 
     def message(self, result: TaskResult, memo: _SAGAMemo) -> SAGAMessage:
         delta, new_scalars = result.payload
-        return SAGAMessage((result.block,), (memo.rows,), delta, (new_scalars,), result.staleness)
+        return SAGAMessage(
+            (result.block,),
+            (memo.rows,),
+            delta,
+            (new_scalars,),
+            result.staleness,
+            block_tasks=(result.block_task,),
+        )
 
     def combine(self, messages: Sequence[SAGAMessage]) -> SAGAMessage:
         return combine_saga_messages(messages)

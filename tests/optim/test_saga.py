@@ -166,6 +166,39 @@ def test_update_returns_a_new_state_and_leaves_the_old_one_valid() -> None:
     assert state1.table[0] is state.table[0] and state1.table[1] is not state.table[1]
 
 
+def test_each_block_table_is_labelled_by_the_result_that_last_wrote_it() -> None:
+    """The labels resident workers hold their tables by (engine.task.HeldRows): -1 at the
+    start, then the block_task of the result that wrote the block; a message without one gets
+    a fresh negative label; a synchronous round labels each of its blocks; a restored state
+    without labels (an older checkpoint) counts as -1 everywhere."""
+    from async_spark.solvers.checkpoint import _state_parts, state_from_parts
+
+    model = LinearModel("logistic", 2)
+    rule = saga(model, block_rows=[3, 2, 2], batch_fraction=1.0, step=0.1)
+    theta = init_params(model)
+    state = rule.init(theta)
+    assert state.origins.tolist() == [-1, -1, -1]
+    msg = _msg(1, np.array([0]), np.ones(3), np.array([0.5]))._replace(block_tasks=(7,))
+    _, s1 = rule.update(msg, state, theta)
+    assert s1.origins.tolist() == [-1, 7, -1] and state.origins.tolist() == [-1, -1, -1]
+    _, s2 = rule.update(_msg(1, np.array([1]), np.ones(3), np.array([0.25])), s1, theta)
+    _, s3 = rule.update(_msg(1, np.array([1]), np.ones(3), np.array([0.25])), s2, theta)
+    assert s2.origins[1] < -1 and s3.origins[1] < -1 and s2.origins[1] != s3.origins[1]
+    round_ = combine_saga_messages(
+        [
+            _msg(b, np.array([0]), np.ones(3), np.array([1.0]))._replace(block_tasks=(10 + b,))
+            for b in (0, 2)
+        ]
+    )
+    _, s4 = rule.update(round_, s3, theta)
+    assert s4.origins.tolist() == [10, s3.origins[1], 12]
+    arrays, scalars = _state_parts(s4)
+    del arrays["origins"]
+    restored = state_from_parts(rule.init(theta), arrays, scalars)
+    assert restored.origins.tolist() == [-1, -1, -1] and restored.step == s4.step
+    np.testing.assert_array_equal(restored.table[2], s4.table[2])
+
+
 def test_message_shapes_are_checked() -> None:
     model = LinearModel("softmax", 2, 3)
     rule = saga(model, block_rows=[4], batch_fraction=1.0, step=0.1)

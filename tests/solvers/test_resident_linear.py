@@ -40,6 +40,13 @@ def test_a_seeded_synchronous_run_is_bit_identical_on_both_transports(spark, can
     np.testing.assert_array_equal(runs["resident"].theta, runs["jobs"].theta)
     assert runs["resident"].final_objective == runs["jobs"].final_objective
     assert runs["resident"].updates == runs["jobs"].updates == 25
+    counts = runs["resident"].engine_snapshot["transport"]
+    if method == "saga":
+        # each block's table travels once, then every round commits the last one's rows
+        assert counts["table_full"] == 4 and counts["table_commit"] == 4 * 24, counts
+        assert counts["table_held"] == 0, counts
+    else:
+        assert counts["table_full"] + counts["table_held"] + counts["table_commit"] == 0
 
 
 def test_asaga_on_resident_tasks_reaches_the_optimum_quickly(spark, cancer):
