@@ -105,6 +105,7 @@ def main() -> None:
             == c["accepted"] + c["rejected"] + c["cancelled"] + c["failed"] + c["in_flight"],
             "blocks_after_kill": sorted(after_kill),
             "disturbed_wall": disturbed.wall_seconds,
+            "transport_counters": disturbed.engine_snapshot.get("transport", {}),
         }
     finally:
         spark.stop()
