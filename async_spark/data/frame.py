@@ -50,6 +50,7 @@ from async_spark.data.transform import (
 
 __all__ = [
     "FrameSource",
+    "augmented_gram",
     "frame_of",
     "frame_loss_sums",
     "held",
@@ -283,7 +284,7 @@ class _Scan:
             "row_norm_sq_sum": float(norms.sum()),
         }
         if self.gram and width + 1 <= GRAM_COLUMNS:
-            out["gram"] = _augmented_gram(X).tobytes()
+            out["gram"] = augmented_gram(X).tobytes()
         labels = np.unique(y)
         out["labels"] = labels.tobytes() if labels.size <= MAX_DISTINCT_LABELS else None
         if self.moments and rows:
@@ -292,7 +293,7 @@ class _Scan:
         return out
 
 
-def _augmented_gram(X: Any) -> np.ndarray:
+def augmented_gram(X: Any) -> np.ndarray:
     """sum_i (x_i, 1)(x_i, 1)^T as a dense (d + 1, d + 1) array."""
     rows, d = X.shape
     G = np.empty((d + 1, d + 1))

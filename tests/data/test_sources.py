@@ -254,3 +254,28 @@ def test_transformed_source_pickles_and_caches_by_content() -> None:
     raw, _ = open_dataset("builtin:breast_cancer", 2)
     assert raw.dataset_id != src.dataset_id
     clear_cache()
+
+
+@pytest.mark.parametrize("intercept", [True, False])
+@pytest.mark.parametrize("centered", [True, False])
+def test_the_exact_gram_of_dense_blocks_matches_power_iteration(monkeypatch, intercept, centered):
+    """Dense blocks up to EXACT_GRAM_MAX_D columns: the eigenvalue of the Gram matrix built in
+    one pass, with the source's implicit center and the intercept's column, is the one power
+    iteration finds over the same rows, and numpy's on the rows as the model reads them."""
+    from async_spark.solvers import curvature
+
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((90, 6)) * np.array([1.0, 3.0, 0.1, 1.0, 2.0, 5.0]) + 2.0
+    src, desc = open_dataset((X, rng.integers(0, 2, 90)), 3, standardize=False)
+    if centered:  # as a sparse standardized source would carry it
+        monkeypatch.setattr(
+            type(src), "center", np.array([0.5, -1.0, 2.0, 0.0, 1.5, 3.0]), raising=False
+        )
+    Z = X - (src.center if centered else 0.0)
+    Zt = np.hstack([Z, np.ones((90, 1))]) if intercept else Z
+    expect = np.linalg.eigvalsh(Zt.T @ Zt / 90)[-1]
+    exact = curvature.gram_max_eigenvalue(src, desc, intercept=intercept)
+    monkeypatch.setattr(curvature, "EXACT_GRAM_MAX_D", 0)  # force the power iteration
+    power = curvature.gram_max_eigenvalue(src, desc, intercept=intercept, tol=1e-14, iters=5000)
+    assert exact == pytest.approx(expect, rel=1e-12)
+    assert power == pytest.approx(expect, rel=1e-8)
