@@ -58,6 +58,7 @@ from .task import (
     executor_identity,
     held_field,
     keeps_held_rows,
+    replace_field,
     timed_task,
 )
 from .transport import Outcome, TaskCall, Transport, _describe
@@ -1132,9 +1133,7 @@ class ResidentTransport(Transport):
             )
             self._table_counts[instruction.mode] += 1
         fields["s"] = instruction.to_header()
-        values = list(args)
-        values[i] = None
-        return type(args)(*values), table
+        return replace_field(args, i, None), table
 
     def _model_part(self, conn: _Conn, version: int, model: Any) -> tuple[str, int | None, Any]:
         """How ``version`` travels to this worker: ``held`` (it has it), a ``delta`` against the

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .task import HeldRows
+from .task import HeldRows, replace_field
 
 __all__ = ["TABLE_MODES", "DriverTables", "TableInstruction", "WorkerTables"]
 
@@ -143,11 +143,10 @@ class WorkerTables:
     ) -> tuple[Any, np.ndarray]:
         """``args`` with the rows the task reads in its HeldRows field, and those rows."""
         rows = np.asarray(task_fn.held_rows(block, args, table.shape[0]), dtype=np.int64)
-        values = list(args)
-        if instruction.field >= len(values):
+        if instruction.field >= len(args):
             raise ValueError(f"the args have no field {instruction.field}")
-        values[instruction.field] = table[rows]  # a copy: the table may change later
-        return (type(args)(*values) if hasattr(args, "_fields") else tuple(values)), rows
+        # a copy of the rows: the table may change later
+        return replace_field(args, instruction.field, table[rows]), rows
 
     def keep(self, task_fn: Any, block: int, task_id: int, rows: np.ndarray, payload: Any) -> None:
         """The patch a successful task leaves (its rows, and their new values read from its

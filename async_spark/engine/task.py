@@ -19,6 +19,7 @@ __all__ = [
     "TaskReport",
     "executor_identity",
     "keeps_held_rows",
+    "replace_field",
     "resolve_held",
     "run_task",
     "timed_task",
@@ -31,21 +32,21 @@ TaskFunction = Callable[[int, Any, Any], Any]
 class HeldRows(NamedTuple):
     """Rows of a per-block table that a task reads: SAGA's old scalars of the task's sample.
 
-    ``view`` is what the task function reads (``table[rows]``). A transport that keeps each
+    The task function reads ``table[rows]``. A transport that keeps each
     block's table on the block's worker (the resident one, for a task function that says which
     rows it reads and writes: :func:`keeps_held_rows`) ships ``table`` once per worker and after
     that only ``origin``, a label of the table's content: the ``block_task`` of the task whose
-    result last wrote the block's rows (negative before any). The worker rebuilds ``view`` itself
+    result last wrote the block's rows (negative before any). The worker draws the rows itself
     and keeps the rows its result writes as a pending patch, which the next ticket of the block
     commits (the driver applied the result: the table's origin is now that task's) or drops (it
-    did not). Every other transport ships ``view`` in place of the whole value
-    (:func:`resolve_held`). ``table`` must not change after dispatch: a new content is a new
-    array with a new origin.
+    did not). Every other transport ships ``table[rows]`` in place of the whole value
+    (:func:`resolve_held`), so the driver copies the rows only when they travel. ``table`` must
+    not change after dispatch: a new content is a new array with a new origin.
     """
 
     origin: int
     table: Any  # ndarray (rows, ...) of the block
-    view: Any  # table[rows] for this task's rows
+    rows: Any  # this task's row indices into table
 
 
 def keeps_held_rows(task_fn: Any) -> bool:
@@ -67,15 +68,21 @@ def held_field(args: Any) -> int | None:
     return None
 
 
+def replace_field(args: tuple[Any, ...], i: int, value: Any) -> tuple[Any, ...]:
+    """``args`` (a tuple or named tuple) with field ``i`` set to ``value``."""
+    values = list(args)
+    values[i] = value
+    return type(args)(*values) if hasattr(args, "_fields") else tuple(values)
+
+
 def resolve_held(args: Any) -> Any:
-    """``args`` with its :class:`HeldRows` field replaced by the rows the task reads (``view``):
-    what a transport that keeps no tables on its workers ships."""
+    """``args`` with its :class:`HeldRows` field replaced by the rows the task reads
+    (``table[rows]``, a copy): what a transport that keeps no tables on its workers ships."""
     i = held_field(args)
     if i is None:
         return args
-    values = list(args)
-    values[i] = args[i].view
-    return type(args)(*values) if hasattr(args, "_fields") else tuple(values)
+    held = args[i]
+    return replace_field(args, i, held.table[held.rows])
 
 
 class TaskReport(NamedTuple):

@@ -37,10 +37,8 @@ def gram_max_eigenvalue(
     if desc.gram_max is not None:
         return desc.gram_max[1 if intercept else 0]
     center = getattr(source, "center", None)
-    if desc.d <= EXACT_GRAM_MAX_D:
-        blocks = [get_block(source, p).X for p in range(desc.num_blocks)]
-        if not any(sp.issparse(X) for X in blocks):
-            return _exact(blocks, desc, intercept, center)
+    if not desc.sparse and desc.d <= EXACT_GRAM_MAX_D:
+        return _exact(source, desc, intercept, center)
     d = desc.d + (1 if intercept else 0)
     v = np.random.default_rng(seed).standard_normal(d)
     v /= np.linalg.norm(v)
@@ -73,14 +71,12 @@ def gram_max_eigenvalue(
     return lam
 
 
-def _exact(
-    blocks: list[np.ndarray], desc: DatasetDescriptor, intercept: bool, center: Any
-) -> float:
+def _exact(source: BlockSource, desc: DatasetDescriptor, intercept: bool, center: Any) -> float:
     """The largest eigenvalue of the (centered, intercept-augmented) Gram matrix over ``n``."""
     d = desc.d
     G = np.zeros((d + 1, d + 1))
-    for X in blocks:
-        G += augmented_gram(np.asarray(X, dtype=np.float64))
+    for p in range(desc.num_blocks):
+        G += augmented_gram(np.asarray(get_block(source, p).X, dtype=np.float64))
     if center is not None:  # (x - c, 1) = T (x, 1) with T = [[I, -c], [0, 1]]: G -> T G T^T
         T = np.eye(d + 1)
         T[:d, d] = -np.asarray(center, dtype=np.float64)

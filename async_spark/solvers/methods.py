@@ -240,7 +240,6 @@ class SGDFamily(_GradientMessages):
 
 class _SAGAMemo(NamedTuple):
     rows: np.ndarray
-    old_scalars: np.ndarray
 
 
 class SAGAFamily:
@@ -268,9 +267,8 @@ class SAGAFamily:
         rule, block, state = dispatch.rule, dispatch.ticket.block, dispatch.state
         assert isinstance(rule, SAGA)
         rows = dispatch.task.sample(block, dispatch.args, rule.block_rows[block])
-        old = rule.scalars_for(state, block, rows)
         origin = -1 if state.origins is None else int(state.origins[block])
-        return HeldRows(origin, state.table[block], old), _SAGAMemo(rows, old)
+        return HeldRows(origin, state.table[block], rows), _SAGAMemo(rows)
 
     def message(self, result: TaskResult, memo: _SAGAMemo) -> SAGAMessage:
         delta, new_scalars = result.payload

@@ -294,7 +294,7 @@ def test_calibration_measures_the_tasks_of_any_method_of_the_table(spark, method
     def recording(self, dispatch):
         extra, memo = real(self, dispatch)
         # SAGA's old scalars travel as rows of the block's table (HeldRows)
-        extras.append(None if extra is None else np.shape(extra.view))
+        extras.append(None if extra is None else np.shape(extra.rows))
         return extra, memo
 
     monkeypatch.setattr(type(family), "at_dispatch", recording)

@@ -58,8 +58,7 @@ def table_run(transport, updates=240, corrupt_at=(), disconnect_at=()):
 
     def task_args(ticket):
         rows = task.held_rows(ticket.block, Args(ticket.block_task, None), ROWS)
-        table = tables[ticket.block]
-        return Args(ticket.block_task, HeldRows(origins[ticket.block], table, table[rows]))
+        return Args(ticket.block_task, HeldRows(origins[ticket.block], tables[ticket.block], rows))
 
     mismatches = applied = dropped = 0
     with AsyncEngine(
@@ -107,7 +106,7 @@ def test_only_a_task_function_that_names_its_rows_keeps_tables():
     assert ResidentTransport(object()).keeps_tables(TableTask())
     assert not LocalTransport().keeps_tables(TableTask())
     table = np.arange(6.0)
-    args = Args(2, HeldRows(7, table, table[[1, 4]]))
+    args = Args(2, HeldRows(7, table, np.array([1, 4])))
     resolved = resolve_held(args)
     assert type(resolved) is Args and resolved.held.tolist() == [1.0, 4.0]
     assert resolve_held((1, 2)) == (1, 2)

@@ -36,7 +36,7 @@ def _round(name: str):
         payloads = []
         for b in range(BLOCKS):
             rows = np.sort(rng.choice(50, 5, replace=False))
-            memos.append(_SAGAMemo(rows, rng.standard_normal(5)))
+            memos.append(_SAGAMemo(rows))
             payloads.append((grads[b], rng.standard_normal(5)))
         return payloads, memos
     return grads, [None] * BLOCKS
