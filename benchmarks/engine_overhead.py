@@ -333,39 +333,36 @@ def connect_resident(args, table: dict[int, dict[str, list[float]]], seconds, re
 
 
 def profile_driver(spark, blocks: int, seconds: float, dim: int = 100, top: int = 25) -> None:
-    """Where the resident transport's driver CPU goes: a yappi profile (CPU clock, every
-    thread of the driver) of the no-op run at ``dim``, after a warm-up run. The profiler
-    inflates every call; read the shares, not the absolute times (the unprofiled figure is the
-    table's)."""
-    import yappi
+    """Where the resident transport's driver CPU goes: a cProfile of the engine's thread (which
+    also reads the workers' sockets; the transport's accept and heartbeat threads wake only for
+    connections and heartbeats) during the no-op run at ``dim``, after a warm-up run. The
+    profiler inflates every call; read the shares, not the absolute times (the unprofiled
+    figure is the table's)."""
+    import cProfile
+    import pstats
 
     models = [np.random.default_rng(dim).standard_normal(dim) for _ in range(8)]
     run_transport(lambda: ResidentTransport(spark), blocks, seconds, models)  # warm
     rate, us = run_transport(lambda: ResidentTransport(spark), blocks, seconds, models)
     print(f"unprofiled: {rate:.0f} results/s, driver CPU {us:.0f} us per result (d={dim})")
-    yappi.set_clock_type("cpu")
-    yappi.clear_stats()
+    profile = cProfile.Profile()
 
     def timed(begin: bool) -> None:  # profile the timed results only, not start and close
         if begin:
-            yappi.start(builtins=True)
+            profile.enable()
         else:
-            yappi.stop()
+            profile.disable()
 
     rate, us = run_transport(lambda: ResidentTransport(spark), blocks, seconds, models, timed)
     n = rate * seconds
     print(f"profiled: {rate:.0f} results/s, driver CPU {us:.0f} us per result")
-    stats = sorted(yappi.get_func_stats(), key=lambda f: f.tsub, reverse=True)
-    total = sum(f.tsub for f in stats)
+    raw = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+    rows = sorted(raw.items(), key=lambda kv: kv[1][2], reverse=True)  # by own time
+    total = sum(v[2] for _, v in rows)
     print(f"own CPU per result by function (top {top}; all functions: {total / n * 1e6:.0f} us):")
-    for f in stats[:top]:
-        where = f"{os.path.basename(f.module)}:{f.lineno}" if f.module else "builtin"
-        print(f"  {f.tsub / n * 1e6:7.1f} us  {f.ncall / n:6.2f} calls  {f.name[:40]:40s} {where}")
-    threads = sorted(yappi.get_thread_stats(), key=lambda t: t.ttot, reverse=True)
-    print(
-        "CPU per result by thread: "
-        + ", ".join(f"{t.name} {t.ttot / n * 1e6:.0f} us" for t in threads)
-    )
+    for (path, line, name), (_, ncalls, own, _, _) in rows[:top]:
+        where = f"{os.path.basename(path)}:{line}" if line else "builtin"
+        print(f"  {own / n * 1e6:7.1f} us  {ncalls / n:6.2f} calls  {name[:40]:40s} {where}")
 
 
 def main(argv: list[str] | None = None) -> float:
