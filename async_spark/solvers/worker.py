@@ -36,6 +36,7 @@ from async_spark.models.linear import (
     loss_derivatives,
     loss_values,
     margins,
+    take_rows,
 )
 from async_spark.optim._validate import check_fraction
 
@@ -92,7 +93,7 @@ def _cached_sample(
 
 def _sampled(block: Block, sample_idx: np.ndarray) -> Block:
     idx = np.asarray(sample_idx, dtype=np.int64)
-    return Block(block.X[idx], block.y[idx], 0)  # one copy of the sampled rows per task
+    return Block(take_rows(block.X, idx), block.y[idx], 0)  # one copy of the rows per task
 
 
 def loss_stats(losses: np.ndarray) -> np.ndarray:

@@ -340,3 +340,18 @@ def test_shape_checks() -> None:
     sm = LinearModel("softmax", 4, 3)
     with pytest.raises(ValueError, match=r"class indices in \[0, 3\)"):
         block_loss_sum(sm, Block(X, np.array([0.0, 1.0, 3.0]), 0), np.zeros(15))
+
+
+def test_take_rows_selects_rows_in_order_with_repeats_dense_and_csr() -> None:
+    from async_spark.models.linear import take_rows
+
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((50, 7))
+    rows = np.array([4, 0, 49, 4, 17], dtype=np.int64)
+    got = take_rows(X, rows)
+    assert got.shape == (5, 7) and np.array_equal(got, X[rows])
+    got[0, 0] = 1e9  # a copy: the block is not changed through it
+    assert X[4, 0] != 1e9
+    S = sp.random(50, 7, density=0.3, format="csr", random_state=3)
+    assert np.array_equal(take_rows(S, rows).toarray(), S.toarray()[rows])
+    assert take_rows(X, np.zeros(0, dtype=np.int64)).shape == (0, 7)
