@@ -41,25 +41,21 @@ import threading
 import time
 import uuid
 from collections import Counter, OrderedDict, deque
-from collections.abc import Iterator
-from contextlib import ExitStack
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
 from .core import TaskStatus, TaskTicket
 from .history import InlinePublisher
-from .stragglers import NO_DELAY, Delay
-from .tables import DriverTables, TableInstruction, WorkerTables
+from .resident_worker import BLOCK_COLUMN, OUTPUT_SCHEMA, WorkerConfig, WorkerEntry, model_delta
+from .stragglers import NO_DELAY
+from .tables import DriverTables
 from .task import (
     TaskFunction,
     TaskReport,
-    executor_identity,
     held_field,
     keeps_held_rows,
     replace_field,
-    timed_task,
 )
 from .transport import Outcome, TaskCall, Transport, _describe
 from .wire import (
@@ -71,9 +67,7 @@ from .wire import (
     FrameReader,
     UnsupportedValue,
     WireError,
-    client_handshake,
     encode_frame,
-    read_frame,
     send_frame,
     server_handshake,
     set_nodelay,
@@ -83,399 +77,12 @@ log = logging.getLogger(__name__)
 
 __all__ = ["ResidentTransport"]
 
-_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _DELTA_DTYPES = frozenset(DTYPES.values())
 _DELTA_MIN_SIZE = 1024  # smaller models always travel in full (a delta would save little)
 _EXIT_WAIT = 10.0  # seconds close() waits for the workers to leave before cancelling the job
 _LATE_EXIT_WAIT = 1.0  # the same when some task never connected (it would not hear "exit")
 
 
-@dataclass(frozen=True)
-class _WorkerConfig:
-    """What a resident task needs (plain values: it travels in the Spark job's closure)."""
-
-    host: str
-    port: int
-    secret: bytes
-    run_id: str
-    num_blocks: int
-    num_tasks: int
-    task_fn: TaskFunction
-    heartbeat_seconds: float
-    silence_seconds: float
-    connect_seconds: float  # first connection: keep trying this long
-    reconnect_seconds: float  # after a lost connection: keep trying this long
-    max_body_bytes: int
-    max_versions: int
-    #: a DataFrame's partitions as the blocks (data.frame.FrameSource): each task decodes the
-    #: partitions it is given and holds them; None: the tasks open their blocks from the source
-    frame: Any = None
-
-
-# =================================================================================================
-# The worker side: runs inside a Spark task (a Python worker process of an executor)
-# =================================================================================================
-class _WorkerEntry:
-    """The ``mapInArrow`` function: drains its partition (the task's ids, or the DataFrame rows
-    of its blocks, decoded and held), serves tickets until the driver says exit or is gone, then
-    yields one summary row."""
-
-    def __init__(self, cfg: _WorkerConfig) -> None:
-        self.cfg = cfg
-        self.__name__ = "async_spark_resident_worker"
-
-    def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
-        import pyarrow as pa
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-        attempt = ctx.attemptNumber() if ctx is not None else 0
-        with ExitStack() as holding:
-            if self.cfg.frame is not None:  # this task's rows are its blocks: decode, hold them
-                blocks = _hold_partitions(self.cfg.frame, batches, holding)
-                partition = ctx.partitionId() if ctx is not None else min(blocks, default=-1)
-            else:
-                ids: set[int] = set()
-                for batch in batches:
-                    ids.update(int(x) for x in batch.column(0).to_pylist())
-                partition = ctx.partitionId() if ctx is not None else min(ids, default=-1)
-                blocks = [b for b in range(self.cfg.num_blocks) if b % self.cfg.num_tasks in ids]
-            served = _Worker(self.cfg, blocks, partition, attempt).run()
-        yield pa.RecordBatch.from_pydict(
-            {"partition": [partition], "attempt": [attempt], "tickets": [served]},
-            schema=pa.schema(
-                [("partition", pa.int64()), ("attempt", pa.int64()), ("tickets", pa.int64())]
-            ),
-        )
-
-
-_OUTPUT_SCHEMA = "partition long, attempt long, tickets long"
-_BLOCK_COLUMN = "_async_spark_block"  # a frame row's block: its partition of the prepared frame
-
-
-def _hold_partitions(source: Any, batches: Iterator[Any], holding: ExitStack) -> list[int]:
-    """Decode the rows of each block of this task (rows tagged with their partition,
-    ``_BLOCK_COLUMN``: a coalesced task reads its partitions one after the other) and hold them
-    for the task function while ``holding`` lasts; the blocks, in order. Each block is decoded as
-    soon as its partition's rows end, so a task holds one partition's raw rows at a time."""
-    from async_spark.data.frame import held
-
-    blocks: list[int] = []
-    seen: set[int] = set()
-    current: int | None = None
-    pending: list[Any] = []
-
-    def finish() -> None:
-        block = source.block_of(current) if current is not None else None
-        if block is not None and pending:
-            holding.enter_context(held(source, block, source.decode(block, iter(pending))))
-            blocks.append(block)
-        pending.clear()
-
-    for batch in batches:
-        ids = batch.column(0).to_numpy()
-        if not len(ids):
-            continue
-        starts = np.flatnonzero(np.diff(ids)) + 1  # where the partition changes in this batch
-        for lo, hi in zip(np.r_[0, starts], np.r_[starts, len(ids)], strict=True):
-            part = int(ids[lo])
-            if part != current:
-                finish()
-                if part in seen:
-                    raise RuntimeError(f"the rows of partition {part} came in two runs")
-                current = part
-                seen.add(part)
-            pending.append(batch if (lo, hi) == (0, len(ids)) else batch.slice(lo, hi - lo))
-    finish()
-    return sorted(blocks)
-
-
-def _freeze(value: Any) -> Any:
-    """Make the arrays of a model read-only: a held version must not change under a task."""
-    if isinstance(value, np.ndarray):
-        value.flags.writeable = False
-    elif isinstance(value, tuple | list):
-        for v in value:
-            _freeze(v)
-    elif isinstance(value, dict):
-        for v in value.values():
-            _freeze(v)
-    return value
-
-
-def _constant(value: Any) -> Any:
-    return lambda: value
-
-
-def _apply_delta(base: Any, indices: Any, values: Any) -> np.ndarray:
-    if not (
-        isinstance(base, np.ndarray)
-        and isinstance(indices, np.ndarray)
-        and isinstance(values, np.ndarray)
-        and values.dtype == base.dtype
-        and indices.dtype.kind == "i"
-        and indices.shape == values.shape
-        and indices.ndim == 1
-    ):
-        raise BadHeader("a delta needs int indices and values of the base's dtype")
-    new = np.array(base, copy=True)
-    bits = _UINT[new.dtype.itemsize]
-    new.reshape(-1).view(bits)[indices] = values.view(bits)  # bit-exact, NaNs included
-    return new
-
-
-class _Ticket(NamedTuple):
-    """A ticket as the worker's compute thread runs it."""
-
-    task_id: int
-    block: int
-    model: Any
-    args: Any
-    delay: Delay
-    table: TableInstruction | None  # about the block's HeldRows table, if the args hold one
-    table_value: Any  # the table itself (instruction "full")
-
-
-class _Session:
-    """One connection of a worker: send lock, liveness, tickets queued and their cancel events."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.lock = threading.Lock()
-        self.last_seen = time.monotonic()
-        self.events: dict[int, threading.Event] = {}
-        self.tickets: queue.Queue[_Ticket | None] = queue.Queue()
-        self.stop = threading.Event()
-
-    def send(self, parts: list[Any]) -> bool:
-        try:
-            with self.lock:
-                send_frame(self.sock, parts)
-            return True
-        except OSError:
-            self.shutdown()
-            return False
-
-    def shutdown(self) -> None:
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-
-
-class _Worker:
-    def __init__(self, cfg: _WorkerConfig, blocks: list[int], partition: int, attempt: int):
-        self.cfg = cfg
-        self.blocks = blocks
-        self.partition = partition
-        self.attempt = attempt
-        self.models: OrderedDict[int, Any] = OrderedDict()
-        self.tables = WorkerTables()  # HeldRows tables of this worker's blocks
-        self.served = 0
-
-    def run(self) -> int:
-        """Serve sessions until the driver says exit or cannot be reached; tickets served."""
-        cfg = self.cfg
-        give_up = time.monotonic() + cfg.connect_seconds
-        while True:
-            sock = self._connect()
-            if sock is None:
-                if time.monotonic() >= give_up:
-                    log.warning(
-                        "resident worker %d.%d: driver %s:%d unreachable, exiting",
-                        self.partition,
-                        self.attempt,
-                        cfg.host,
-                        cfg.port,
-                    )
-                    return self.served
-                time.sleep(0.25)
-                continue
-            if self._session(sock) == "exit":
-                return self.served
-            give_up = time.monotonic() + cfg.reconnect_seconds
-
-    def _connect(self) -> socket.socket | None:
-        cfg = self.cfg
-        try:
-            sock = socket.create_connection((cfg.host, cfg.port), timeout=cfg.silence_seconds)
-        except OSError:
-            return None
-        try:
-            set_nodelay(sock)
-            client_handshake(sock, cfg.secret, timeout=cfg.silence_seconds)
-            return sock
-        except (OSError, WireError) as exc:
-            log.warning("resident worker: handshake with the driver failed: %s", exc)
-            sock.close()
-            return None
-
-    def _session(self, sock: socket.socket) -> str:
-        cfg = self.cfg
-        self.models.clear()  # a new connection: the driver's mirror of what we hold starts empty
-        self.tables.clear()
-        s = _Session(sock)
-        stream = sock.makefile("rb", buffering=1 << 16)
-        hello = {
-            "run": cfg.run_id,
-            "blocks": self.blocks,
-            "executor": executor_identity(),
-            "pid": os.getpid(),
-            "partition": self.partition,
-            "attempt": self.attempt,
-        }
-        compute = threading.Thread(target=self._compute, args=(s,), daemon=True)
-        beat = threading.Thread(target=self._heartbeat, args=(s,), daemon=True)
-        result = "lost"
-        try:
-            if not s.send(encode_frame("hello", hello)):
-                return result
-            compute.start()
-            beat.start()
-            while True:
-                frame = read_frame(stream, cfg.max_body_bytes)
-                s.last_seen = time.monotonic()
-                if frame.kind == "ticket":
-                    self._on_ticket(s, frame.fields, frame.payload)
-                elif frame.kind == "cancel":
-                    event = s.events.get(frame.fields.get("id"))  # type: ignore[arg-type]
-                    if event is not None:
-                        event.set()
-                elif frame.kind == "exit":
-                    result = "exit"
-                    return result
-                elif frame.kind != "hb":
-                    raise BadHeader(f"unexpected message {frame.kind!r}")
-        except (WireError, OSError) as exc:
-            if not isinstance(exc, ConnectionClosed):
-                log.warning(
-                    "resident worker %d: connection to the driver lost: %s", self.partition, exc
-                )
-            return result
-        finally:
-            s.stop.set()
-            for event in list(s.events.values()):
-                event.set()  # a sleeping straggler wakes and reports CANCELLED
-            s.tickets.put(None)
-            if compute.is_alive():
-                compute.join(cfg.silence_seconds)
-            if beat.is_alive():
-                beat.join(cfg.heartbeat_seconds + 1.0)
-            s.shutdown()
-            stream.close()
-            sock.close()
-
-    def _store(self, version: int, model: Any) -> None:
-        self.models[version] = model
-        self.models.move_to_end(version)
-        while len(self.models) > self.cfg.max_versions:
-            self.models.popitem(last=False)
-
-    def _on_ticket(self, s: _Session, f: dict[str, Any], payload: Any) -> None:
-        task_id = f.get("id")
-        if type(task_id) is not int:
-            raise BadHeader("a ticket needs an int id")
-        try:
-            block, version, mode = f["b"], f["v"], f["m"]
-            if block not in self.blocks:
-                raise ValueError(f"block {block} is not served by this worker")
-            part, args, table_value = payload
-            if mode == "held":
-                model = self.models[version]
-                self.models.move_to_end(version)
-            elif mode == "full":
-                model = _freeze(part)
-                self._store(version, model)
-            elif mode == "delta":
-                model = _freeze(_apply_delta(self.models[f["base"]], *part))
-                self._store(version, model)
-            else:
-                raise ValueError(f"unknown model mode {mode!r}")
-            d = f.get("d")
-            delay = NO_DELAY if d is None else Delay(float(d[0]), d[1], float(d[2]))
-            table = None if f.get("s") is None else TableInstruction.from_header(f["s"])
-        except (KeyError, ValueError, TypeError, IndexError, WireError) as exc:
-            # the driver's mirror of our versions follows the same rules: a mismatch is a bug,
-            # reported as this task's failure
-            text = f"resident worker could not read ticket {task_id}: {type(exc).__name__}: {exc}"
-            s.send(encode_frame("error", {"id": task_id, "e": text}))
-            return
-        s.events[task_id] = threading.Event()
-        s.tickets.put(_Ticket(task_id, block, model, args, delay, table, table_value))
-
-    def _compute(self, s: _Session) -> None:
-        task_fn = self.cfg.task_fn
-        while True:
-            item = s.tickets.get()
-            if item is None or s.stop.is_set():
-                return
-            task_id, block, model, args, delay = item[:5]
-            event = s.events.get(task_id)
-            try:
-                try:
-                    # a table instruction is followed even for a cancelled ticket: the driver's
-                    # mirror assumes it was
-                    args, rows = self._table_args(item)
-                except (ValueError, TypeError, IndexError) as exc:
-                    text = f"resident worker could not read the table of ticket {task_id}: {exc}"
-                    s.send(encode_frame("error", {"id": task_id, "e": text}))
-                    continue
-                if event is None or event.is_set():
-                    s.send(encode_frame("cancelled", {"id": task_id}))
-                    continue
-                try:
-                    report = timed_task(
-                        task_fn, _constant(model), block, task_id, args, delay, sleep=event.wait
-                    )
-                    if rows is not None and report is not None:
-                        # the rows this result writes, kept until the next ticket of the block
-                        self.tables.keep(task_fn, block, task_id, rows, report.payload)
-                except Exception as exc:  # noqa: BLE001 - a failing task is an outcome
-                    s.send(encode_frame("error", {"id": task_id, "e": _describe(exc)}))
-                    continue
-                if report is None or event.is_set():
-                    s.send(encode_frame("cancelled", {"id": task_id}))
-                    continue
-                fields = {"id": task_id, "c": report.compute_seconds, "s": report.sleep_seconds}
-                try:
-                    parts = encode_frame("result", fields, report.payload)
-                except UnsupportedValue as exc:
-                    text = f"the task function's result cannot travel: {exc}"
-                    s.send(encode_frame("error", {"id": task_id, "e": text}))
-                    continue
-                if s.send(parts):
-                    self.served += 1
-            finally:
-                s.events.pop(task_id, None)
-
-    def _table_args(self, ticket: _Ticket) -> tuple[Any, np.ndarray | None]:
-        """The task's args with the rows of its block's table filled in, and those rows (None
-        when the ticket reads no table)."""
-        if ticket.table is None:
-            return ticket.args, None
-        table = self.tables.apply(ticket.block, ticket.table, ticket.table_value)
-        return self.tables.task_args(
-            self.cfg.task_fn, ticket.block, ticket.args, ticket.table, table
-        )
-
-    def _heartbeat(self, s: _Session) -> None:
-        cfg = self.cfg
-        while not s.stop.wait(cfg.heartbeat_seconds):
-            if time.monotonic() - s.last_seen > cfg.silence_seconds:
-                log.warning(
-                    "resident worker %d: the driver has been silent for %.0f s, leaving",
-                    self.partition,
-                    cfg.silence_seconds,
-                )
-                s.shutdown()
-                return
-            if not s.send(encode_frame("hb")):
-                return
-
-
-# =================================================================================================
-# The driver side
-# =================================================================================================
 class _Conn:
     """An authenticated worker connection, as the driver sees it."""
 
@@ -552,6 +159,70 @@ def _classic_context(spark: Any) -> Any:
         return spark.sparkContext
     except Exception:  # Connect sessions raise on .sparkContext
         return None
+
+
+def _configured_connect_timeout(spark: Any, connect: bool) -> float:
+    """``spark.async_spark.resident.connectTimeout`` if set, else 40 s on Connect, 60 s classic."""
+    from .connect import CONNECT_TIMEOUT_CONF, conf_value
+
+    configured = conf_value(spark, CONNECT_TIMEOUT_CONF)
+    if not configured:
+        return 40.0 if connect else 60.0
+    try:
+        return float(configured)
+    except ValueError:
+        raise ValueError(
+            f"{CONNECT_TIMEOUT_CONF} must be a number of seconds > 0, got {configured!r}"
+        ) from None
+
+
+def _check_options(
+    *,
+    connect_timeout: Any,
+    start_grace: Any,
+    heartbeat_seconds: Any,
+    silence_seconds: Any,
+    reconnect_seconds: Any,
+    submit_wait: Any,
+    max_versions: Any,
+    max_frame_bytes: Any,
+    num_tasks: Any,
+    max_relaunches: Any,
+) -> None:
+    """The transport's options, each checked once: a ValueError names the option and its range."""
+    for name, value in (
+        ("connect_timeout", connect_timeout),
+        ("heartbeat_seconds", heartbeat_seconds),
+        ("silence_seconds", silence_seconds),
+        ("reconnect_seconds", reconnect_seconds),
+        ("submit_wait", submit_wait),
+    ):
+        if not (isinstance(value, int | float) and value > 0):
+            raise ValueError(f"{name} must be a number > 0, got {value!r}")
+    if start_grace is not None and not (
+        isinstance(start_grace, int | float)
+        and not isinstance(start_grace, bool)
+        and start_grace >= 0
+    ):
+        raise ValueError(f"start_grace must be a number >= 0 or None, got {start_grace!r}")
+    if not silence_seconds > heartbeat_seconds:
+        raise ValueError(
+            f"silence_seconds ({silence_seconds}) must exceed heartbeat_seconds "
+            f"({heartbeat_seconds})"
+        )
+    for name, value in (("max_versions", max_versions), ("max_frame_bytes", max_frame_bytes)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if num_tasks is not None and (
+        isinstance(num_tasks, bool) or not isinstance(num_tasks, int) or num_tasks < 1
+    ):
+        raise ValueError(f"num_tasks must be an integer >= 1, got {num_tasks!r}")
+    if (
+        isinstance(max_relaunches, bool)
+        or not isinstance(max_relaunches, int)
+        or max_relaunches < 0
+    ):
+        raise ValueError(f"max_relaunches must be an integer >= 0, got {max_relaunches!r}")
 
 
 class ResidentTransport(Transport):
@@ -637,48 +308,23 @@ class ResidentTransport(Transport):
             from pyspark.sql import SparkSession
 
             spark = SparkSession(spark)
-        from .connect import CONNECT_TIMEOUT_CONF, conf_value, is_connect
+        from .connect import is_connect
 
         self.connect = is_connect(spark)
         if connect_timeout is None:
-            configured = conf_value(spark, CONNECT_TIMEOUT_CONF)
-            try:
-                connect_timeout = float(configured) if configured else None
-            except ValueError:
-                raise ValueError(
-                    f"{CONNECT_TIMEOUT_CONF} must be a number of seconds > 0, got {configured!r}"
-                ) from None
-        if connect_timeout is None:
-            connect_timeout = 40.0 if self.connect else 60.0
-        for name, value in (
-            ("connect_timeout", connect_timeout),
-            ("heartbeat_seconds", heartbeat_seconds),
-            ("silence_seconds", silence_seconds),
-            ("reconnect_seconds", reconnect_seconds),
-            ("submit_wait", submit_wait),
-        ):
-            if not (isinstance(value, int | float) and value > 0):
-                raise ValueError(f"{name} must be a number > 0, got {value!r}")
-        if start_grace is not None and not (
-            isinstance(start_grace, int | float)
-            and not isinstance(start_grace, bool)
-            and start_grace >= 0
-        ):
-            raise ValueError(f"start_grace must be a number >= 0 or None, got {start_grace!r}")
-        if not silence_seconds > heartbeat_seconds:
-            raise ValueError(
-                f"silence_seconds ({silence_seconds}) must exceed heartbeat_seconds "
-                f"({heartbeat_seconds})"
-            )
-        for name, value in (("max_versions", max_versions), ("max_frame_bytes", max_frame_bytes)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-        if num_tasks is not None and (
-            isinstance(num_tasks, bool) or not isinstance(num_tasks, int) or num_tasks < 1
-        ):
-            raise ValueError(f"num_tasks must be an integer >= 1, got {num_tasks!r}")
-        if isinstance(max_relaunches, bool) or not isinstance(max_relaunches, int):
-            raise ValueError(f"max_relaunches must be an integer >= 0, got {max_relaunches!r}")
+            connect_timeout = _configured_connect_timeout(spark, self.connect)
+        _check_options(
+            connect_timeout=connect_timeout,
+            start_grace=start_grace,
+            heartbeat_seconds=heartbeat_seconds,
+            silence_seconds=silence_seconds,
+            reconnect_seconds=reconnect_seconds,
+            submit_wait=submit_wait,
+            max_versions=max_versions,
+            max_frame_bytes=max_frame_bytes,
+            num_tasks=num_tasks,
+            max_relaunches=max_relaunches,
+        )
         from async_spark.data.frame import frame_of
 
         self.spark = spark
@@ -776,7 +422,7 @@ class ResidentTransport(Transport):
             self._secret = secrets.token_bytes(32)
             self.run_id = uuid.uuid4().hex
             self._tag = f"async-spark-resident-{self.run_id[:12]}"
-            self._cfg = _WorkerConfig(
+            self._cfg = WorkerConfig(
                 host=self.advertised[0],
                 port=self.advertised[1],
                 secret=self._secret,
@@ -961,7 +607,7 @@ class ResidentTransport(Transport):
             spark.addTag(self._tag)
         try:
             frame = self._tasks_frame()
-            frame.mapInArrow(_WorkerEntry(self._cfg), _OUTPUT_SCHEMA).collect()
+            frame.mapInArrow(WorkerEntry(self._cfg), OUTPUT_SCHEMA).collect()
         finally:
             try:
                 if sc is not None:
@@ -977,7 +623,7 @@ class ResidentTransport(Transport):
         blocks than tasks, coalesced (each task then holds several whole partitions)."""
         if self._frame is None:
             return self.spark.range(self.num_tasks, numPartitions=self.num_tasks)
-        tagged = self._frame.selectExpr(f"spark_partition_id() AS {_BLOCK_COLUMN}", "*")
+        tagged = self._frame.selectExpr(f"spark_partition_id() AS {BLOCK_COLUMN}", "*")
         assert self._frame_source is not None
         partitions = self._frame_source.frame_partitions
         return tagged.coalesce(self.num_tasks) if self.num_tasks < partitions else tagged
@@ -1154,7 +800,7 @@ class ResidentTransport(Transport):
                 and base.shape == model.shape
                 and base.dtype == model.dtype
             ):
-                delta = _delta(base, model)
+                delta = model_delta(base, model)
                 if delta is not None:
                     return "delta", base_version, delta
         return "full", None, model
@@ -1593,21 +1239,3 @@ class ResidentTransport(Transport):
             return False
         self._drop(conn, "disconnected on request")
         return True
-
-
-def _delta(base: np.ndarray, new: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """(indices, new values) of the entries whose bits differ, when that is smaller than ``new``."""
-    bits = _UINT[new.dtype.itemsize]
-    new = np.ascontiguousarray(new)
-    b = base.reshape(-1).view(bits)
-    n = new.reshape(-1).view(bits)
-    step = max(1, n.size // 256)
-    sample = b[::step] != n[::step]
-    if 2 * int(np.count_nonzero(sample)) > sample.size:  # most entries changed: send in full
-        return None
-    changed = np.flatnonzero(b != n)
-    index_dtype = np.int32 if n.size < 2**31 else np.int64
-    index_bytes = np.dtype(index_dtype).itemsize
-    if changed.size * (index_bytes + new.dtype.itemsize) >= new.nbytes:
-        return None
-    return changed.astype(index_dtype), n[changed].view(new.dtype)

@@ -24,7 +24,8 @@ import numpy as np
 import pytest
 
 from async_spark.engine import AsyncEngine, LocalTransport, Policy, StragglerModel, wire
-from async_spark.engine.resident import ResidentTransport, _apply_delta, _delta
+from async_spark.engine.resident import ResidentTransport
+from async_spark.engine.resident_worker import apply_delta, model_delta
 
 # --- task functions (they travel to the Python workers by value) ----------------------------------
 D = 64
@@ -344,13 +345,13 @@ def test_delta_is_bit_exact_and_chosen_by_size(dtype):
         base[10], new[10] = 0.0, -0.0
         base[12] = new[12] = np.nan
         changed = [3, 10, 500, 999]
-    delta = _delta(base, new)
+    delta = model_delta(base, new)
     assert delta is not None and delta[0].tolist() == changed
-    out = _apply_delta(base, *delta)
+    out = apply_delta(base, *delta)
     assert out.tobytes() == new.tobytes()
-    assert _delta(base, base.copy())[0].size == 0
+    assert model_delta(base, base.copy())[0].size == 0
     dense = np.roll(base, 1) if dtype != "bool" else ~base
-    assert _delta(base, dense) is None  # most entries changed: the full array is smaller
+    assert model_delta(base, dense) is None  # most entries changed: the full array is smaller
 
 
 # =================================================================================================
@@ -591,9 +592,21 @@ def test_closing_before_a_late_worker_connects_cancels_its_task_at_once(spark):
     assert not transport._job_thread.is_alive()
 
 
-def test_start_grace_is_checked():
-    with pytest.raises(ValueError, match="start_grace must be a number >= 0 or None"):
-        ResidentTransport(object(), connect_timeout=1.0, start_grace=-1.0)
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("start_grace", -1.0, "start_grace must be a number >= 0 or None"),
+        ("start_grace", True, "start_grace must be a number >= 0 or None"),
+        ("submit_wait", 0, "submit_wait must be a number > 0"),
+        ("heartbeat_seconds", 20.0, r"silence_seconds \(15.0\) must exceed heartbeat_seconds"),
+        ("max_versions", 0, "max_versions must be an integer >= 1"),
+        ("num_tasks", 2.5, "num_tasks must be an integer >= 1"),
+        ("max_relaunches", -1, "max_relaunches must be an integer >= 0"),
+    ],
+)
+def test_each_option_is_checked_and_named(option, value, message):
+    with pytest.raises(ValueError, match=message):
+        ResidentTransport(object(), connect_timeout=1.0, **{option: value})
 
 
 @spark_only
