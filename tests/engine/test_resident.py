@@ -612,7 +612,9 @@ def test_each_option_is_checked_and_named(option, value, message):
 @spark_only
 def test_a_killed_worker_and_a_dropped_socket_fail_their_tickets_and_the_run_finishes(spark):
     _register_by_value()
-    transport = ResidentTransport(spark, submit_wait=60.0)
+    # start_grace=None: every worker connected before the first ticket (a late one, in a busy
+    # suite, would miss the kill's phase); the grace has its own test above
+    transport = ResidentTransport(spark, submit_wait=60.0, start_grace=None)
     blocks_after: dict[str, set] = {"kill": set(), "drop": set()}
     with sleepy_engine(transport, max_retries=10, backoff=0.2) as eng:
         n = 0
@@ -648,7 +650,7 @@ def test_a_killed_worker_and_a_dropped_socket_fail_their_tickets_and_the_run_fin
 def test_stragglers_sleep_and_obsolete_stragglers_are_cancelled(spark):
     _register_by_value()
     # a mild straggler: block 0 sleeps 1 x 0.05 s after each task, and says so
-    transport = ResidentTransport(spark)
+    transport = ResidentTransport(spark, start_grace=None)
     with sleepy_engine(
         transport,
         stragglers=StragglerModel("intensity", intensity=1.0),
@@ -665,7 +667,7 @@ def test_stragglers_sleep_and_obsolete_stragglers_are_cancelled(spark):
     assert 2 * per_block[0] < min(per_block[1:])  # it straggles: fewer results
 
     # a hopeless straggler (30 s) becomes obsolete under tau = 2: cancelled at once, wakes up
-    transport = ResidentTransport(spark)
+    transport = ResidentTransport(spark, start_grace=None)
     start = time.monotonic()
     with sleepy_engine(
         transport,
