@@ -31,7 +31,10 @@ def test_run_survives_a_killed_executor(transport):
     assert proc.returncode == 0 and lines, proc.stderr[-3000:]
     out = json.loads(lines[-1].split(" ", 1)[1])
     assert out["executors_before"] == 2 and len(out["killed"]) == 1, out
-    assert out["stopped_by"] in ("time_budget", "max_updates")
+    # the resident run ends once the lost blocks' retried task has served a while (interrupted
+    # by the script), else at its budget; the job transport's at its number of updates
+    expected = ("interrupted", "time_budget") if transport == "resident" else ("max_updates",)
+    assert out["stopped_by"] in expected, out
     assert out["accepted"] >= out["updates"] > 0  # the run finished; nothing lost
     assert out["accounting_closes"] and out["counts"]["in_flight"] == 0
     assert out["blocks_after_kill"] == [0, 1, 2, 3]  # every block kept working after the loss
