@@ -25,7 +25,8 @@ listens on the client's address towards the Connect server (:func:`.connect.clie
 the executors dial it, or the address given by ``advertise`` / ``spark.async_spark.resident.advertise``
 (NAT, port forwarding); the job carries a session tag, interrupted when the run ends or fails.
 
-See ``docs/resident.md`` for the protocol, the security model and how to use it.
+This module is the driver's side; what runs in the executors is :mod:`.resident_worker`. See
+``docs/resident.md`` for the protocol, the security model and how to use it.
 """
 
 from __future__ import annotations
