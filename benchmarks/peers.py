@@ -780,13 +780,13 @@ def run_dataset(args: Any, spec: Data, spark: Any, tmp: str) -> DatasetResult:
     return res
 
 
-def rewarm(race: Race, methods: list[str], where: str, **options: Any) -> None:
+def rewarm(race: Race, methods: list[str], where: str) -> None:
     """Warm up again, as before the unthrottled runs: while the peers ran, Spark ended our idle
     Python workers (after 60 s), and the next run would start them anew (1.4 s of fixed cost on
     dense-1e5, with or without the throttle; RESULTS.md). Printed, not scored."""
     warm = min(1.0, race.spec.budget / 2)
     for m in methods:
-        first = race.ours(m, budget=warm, **options)
+        first = race.ours(m, budget=warm)
         print(f"  warm-up {where}, {first.side}: fixed {first.fixed:.2f} s", flush=True)
 
 

@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from .checks import check_number
 from .core import TaskStatus, TaskTicket
 from .engine import AsyncEngine
 from .history import InlinePublisher
@@ -69,21 +70,6 @@ COST_MODEL_FORMAT = "async-spark-cost-model/1"
 
 
 # --- the cost model ------------------------------------------------------------------------------
-def _check_number(name: str, value: Any, *, low: float = 0.0, strict: bool = False) -> float:
-    if isinstance(value, bool):
-        ok = False
-    else:
-        try:
-            v = float(value)
-        except (TypeError, ValueError):
-            v = math.nan
-        ok = math.isfinite(v) and (v > low if strict else v >= low)
-    if not ok:
-        bound = f"> {low:g}" if strict else f">= {low:g}"
-        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
-    return v
-
-
 @dataclass(frozen=True)
 class CostModel:
     """How long an emulated task and the driver's handling of a result take (virtual seconds).
@@ -135,16 +121,14 @@ class CostModel:
     source: str = ""
 
     def __post_init__(self) -> None:
-        _check_number("task_overhead_seconds", self.task_overhead_seconds)
+        check_number("task_overhead_seconds", self.task_overhead_seconds)
         if self.seconds_per_nnz is not None:
-            _check_number("seconds_per_nnz", self.seconds_per_nnz)
-        _check_number("compute_fixed_seconds", self.compute_fixed_seconds)
-        _check_number("compute_scale", self.compute_scale, strict=True)
+            check_number("seconds_per_nnz", self.seconds_per_nnz)
+        check_number("compute_fixed_seconds", self.compute_fixed_seconds)
+        check_number("compute_scale", self.compute_scale, strict=True)
         if self.bandwidth_bytes_per_second is not None:
-            _check_number(
-                "bandwidth_bytes_per_second", self.bandwidth_bytes_per_second, strict=True
-            )
-        _check_number("latency_seconds", self.latency_seconds)
+            check_number("bandwidth_bytes_per_second", self.bandwidth_bytes_per_second, strict=True)
+        check_number("latency_seconds", self.latency_seconds)
         if self.cores is not None and (
             isinstance(self.cores, bool) or not isinstance(self.cores, int) or self.cores < 1
         ):
@@ -152,8 +136,8 @@ class CostModel:
         if not isinstance(self.overhead_uses_core, bool):
             raise ValueError(f"overhead_uses_core must be a bool, got {self.overhead_uses_core!r}")
         if self.driver_seconds is not None:
-            _check_number("driver_seconds", self.driver_seconds)
-        _check_number("update_seconds", self.update_seconds)
+            check_number("driver_seconds", self.driver_seconds)
+        check_number("update_seconds", self.update_seconds)
         if not isinstance(self.source, str):
             raise ValueError(f"source must be a string, got {self.source!r}")
 

@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from .checks import check_int, check_number
 from .core import TaskStatus, TaskTicket
 from .history import InlinePublisher
 from .resident_worker import BLOCK_COLUMN, OUTPUT_SCHEMA, WorkerConfig, WorkerEntry, model_delta
@@ -198,32 +199,19 @@ def _check_options(
         ("reconnect_seconds", reconnect_seconds),
         ("submit_wait", submit_wait),
     ):
-        if not (isinstance(value, int | float) and value > 0):
-            raise ValueError(f"{name} must be a number > 0, got {value!r}")
-    if start_grace is not None and not (
-        isinstance(start_grace, int | float)
-        and not isinstance(start_grace, bool)
-        and start_grace >= 0
-    ):
-        raise ValueError(f"start_grace must be a number >= 0 or None, got {start_grace!r}")
+        check_number(name, value, strict=True)
+    if start_grace is not None:
+        check_number("start_grace (or None)", start_grace)
     if not silence_seconds > heartbeat_seconds:
         raise ValueError(
             f"silence_seconds ({silence_seconds}) must exceed heartbeat_seconds "
             f"({heartbeat_seconds})"
         )
-    for name, value in (("max_versions", max_versions), ("max_frame_bytes", max_frame_bytes)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    if num_tasks is not None and (
-        isinstance(num_tasks, bool) or not isinstance(num_tasks, int) or num_tasks < 1
-    ):
-        raise ValueError(f"num_tasks must be an integer >= 1, got {num_tasks!r}")
-    if (
-        isinstance(max_relaunches, bool)
-        or not isinstance(max_relaunches, int)
-        or max_relaunches < 0
-    ):
-        raise ValueError(f"max_relaunches must be an integer >= 0, got {max_relaunches!r}")
+    check_int("max_versions", max_versions, 1)
+    check_int("max_frame_bytes", max_frame_bytes, 1)
+    if num_tasks is not None:
+        check_int("num_tasks", num_tasks, 1)
+    check_int("max_relaunches", max_relaunches, 0)
 
 
 class ResidentTransport(Transport):

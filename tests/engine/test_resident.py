@@ -595,9 +595,10 @@ def test_closing_before_a_late_worker_connects_cancels_its_task_at_once(spark):
 @pytest.mark.parametrize(
     ("option", "value", "message"),
     [
-        ("start_grace", -1.0, "start_grace must be a number >= 0 or None"),
-        ("start_grace", True, "start_grace must be a number >= 0 or None"),
-        ("submit_wait", 0, "submit_wait must be a number > 0"),
+        ("start_grace", -1.0, r"start_grace \(or None\) must be a finite number >= 0"),
+        ("start_grace", True, r"start_grace \(or None\) must be a finite number >= 0"),
+        ("submit_wait", 0, "submit_wait must be a finite number > 0"),
+        ("silence_seconds", float("inf"), "silence_seconds must be a finite number > 0"),
         ("heartbeat_seconds", 20.0, r"silence_seconds \(15.0\) must exceed heartbeat_seconds"),
         ("max_versions", 0, "max_versions must be an integer >= 1"),
         ("num_tasks", 2.5, "num_tasks must be an integer >= 1"),
