@@ -127,6 +127,7 @@ class TrainConfig:
                     f"applies to the methods without momentum, not {escape(str(self.method))}",
                 )
         self._validate_momentum()
+        self._validate_line_search()
         if self.batch_fraction is not None:
             check_fraction("batch_fraction", self.batch_fraction)
         if self.partitions is not None:
@@ -186,6 +187,31 @@ class TrainConfig:
             if check_number("momentum", self.momentum, strict=False) >= 1:
                 raise ConfigError("momentum", f"must be in [0, 1), got {quote(self.momentum)}")
         check_number("momentum_damping", self.momentum_damping, strict=False)
+
+    def _validate_line_search(self) -> None:
+        """A method that finds its steps by a line search (lbfgs) on exact rounds takes no step
+        options, whole blocks only and a smooth objective."""
+        if not METHODS[self.method].family.reads_losses:
+            return
+        name = escape(str(self.method))
+        if self.step != "auto":
+            raise ConfigError("step", f"does not apply to {name}: its line search finds the steps")
+        if self.step_rule is not None:
+            raise ConfigError(
+                "step_rule", f"does not apply to {name}: its line search finds the steps"
+            )
+        if self.batch_fraction not in (None, 1, 1.0):
+            raise ConfigError(
+                "batch_fraction",
+                f"must be 1 for {name} (its line search needs the exact objective), got "
+                f"{quote(self.batch_fraction)}",
+            )
+        if self.l1:
+            raise ConfigError(
+                "l1",
+                f"must be 0 for {name} (a smooth objective; OWL-QN is not built): use apg or "
+                "saga/asaga/sgd/asgd, which take the l1 prox",
+            )
 
     def _validate_policy(self) -> None:
         if self.synchronous:

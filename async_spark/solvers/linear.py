@@ -310,7 +310,7 @@ def _step_and_rule(
         setup = setup._replace(step_rule="constant")
     step = family.choose_step(problem, setup)
     rule = family.build_rule(problem, setup, step)
-    if not config.step_safeguard:
+    if not config.step_safeguard or family.reads_losses:  # a line search judges its own steps
         return step, rule, None
     safeguard = StepSafeguard(
         step.gamma,

@@ -154,7 +154,8 @@ def run_updates(
         return LoopEnd(updates, stopped_by, engine.elapsed())  # resumed at its end: nothing to do
     for result in _results(engine, gamma):
         payload, losses = result.payload
-        result = dataclasses.replace(result, payload=payload)
+        if not family.reads_losses:
+            result = dataclasses.replace(result, payload=payload)
         if safeguard is not None:
             rebuilt = safeguard.observe(
                 losses, current.theta, updates, engine.elapsed(), result.block
@@ -186,6 +187,9 @@ def run_updates(
             break
         if recorder.target_reached():
             stopped_by = "target_objective"
+            break
+        if family.converged(state):
+            stopped_by = "converged"
             break
         if limits.stop is not None and limits.stop.is_set():
             stopped_by = "interrupted"

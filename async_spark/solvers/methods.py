@@ -13,6 +13,7 @@ hb, ahb   hb          both       heavy ball
 ag, aag   ag          both       Nesterov's accelerated gradient
 apg,aapg  apg         both       accelerated proximal gradient (prox of the L1 term)
 dcasgd    dcasgd      async      delay-compensated ASGD (Zheng et al., ICML 2017)
+lbfgs     lbfgs       sync       L-BFGS with a backtracking line search on exact rounds
 ========  ==========  =========  ===============================================================
 
 Setup runs once, in scikit-learn's ``_sag.py`` order: the options were validated
@@ -39,6 +40,7 @@ from async_spark.engine.engine import TaskResult
 from async_spark.engine.task import HeldRows
 from async_spark.models.linear import LinearModel
 from async_spark.optim.dcasgd import DCMessage, dcasgd
+from async_spark.optim.lbfgs import LBFGSMessage, LBFGSState, combine_lbfgs_messages, lbfgs
 from async_spark.optim.saga import SAGA, SAGAMessage, combine_saga_messages, saga
 from async_spark.optim.sgd import SGDMessage, combine_sgd_messages, sgd
 from async_spark.optim.steps import asynchronous_step, auto_step, make_step_rule
@@ -127,6 +129,9 @@ class Family(Protocol):
     #: the fraction of its block a task samples unless ``batch_fraction`` is given (see
     #: :data:`DEFAULT_BATCH_FRACTION`)
     batch_fraction: float
+    #: whether the family judges its own steps from the tasks' losses (a line search): its
+    #: ``message`` then gets ``(payload, loss stats)`` and no step safeguard runs
+    reads_losses: bool
 
     def choose_step(self, problem: Problem, setup: Setup) -> StepChoice: ...
 
@@ -141,6 +146,19 @@ class Family(Protocol):
     def signal(self, message: Any) -> np.ndarray: ...
 
     def iterate(self, params: np.ndarray, state: Any) -> np.ndarray: ...
+
+    def converged(self, state: Any) -> bool:
+        """Whether the rule has nothing left to do (the run stops, ``stopped_by="converged"``)."""
+        ...
+
+
+class _RunsToTheBudget:
+    """Families without a stopping test of their own and with no line search."""
+
+    reads_losses = False
+
+    def converged(self, state: Any) -> bool:
+        return False
 
 
 #: The default sample of a block per task. SAGA's variance reduction makes small samples pay:
@@ -203,7 +221,7 @@ def _sgd_like(make: Callable[..., Rule], problem: Problem, setup: Setup, step: S
     )
 
 
-class _GradientMessages:
+class _GradientMessages(_RunsToTheBudget):
     """Families whose task returns a gradient sum and whose message is an SGDMessage."""
 
     computation = "gradient"
@@ -242,7 +260,7 @@ class _SAGAMemo(NamedTuple):
     rows: np.ndarray
 
 
-class SAGAFamily:
+class SAGAFamily(_RunsToTheBudget):
     """SAGA with the driver's table of one scalar per sample (:mod:`async_spark.optim.saga`)."""
 
     computation = "saga"
@@ -325,7 +343,7 @@ class MomentumFamily(_GradientMessages):
         return MomentumLinear.iterate(params, state)
 
 
-class DCASGDFamily:
+class DCASGDFamily(_RunsToTheBudget):
     """Delay-compensated ASGD (:mod:`async_spark.optim.dcasgd`): the message carries the version
     the task read, taken from the engine's history store when the task leaves."""
 
@@ -356,6 +374,44 @@ class DCASGDFamily:
         return params
 
 
+class LBFGSFamily:
+    """L-BFGS over synchronous rounds of whole blocks (:mod:`async_spark.optim.lbfgs`): a task
+    returns its block's gradient sum as for SGD, and the loss sum it reports anyway is the line
+    search's objective. The published point is the trial point; the model reported is the last
+    accepted one."""
+
+    computation = "gradient"
+    step_search = False
+    noise_ball = False
+    batch_fraction = 1.0  # the line search needs the exact objective
+    reads_losses = True
+
+    def choose_step(self, problem: Problem, setup: Setup) -> StepChoice:
+        return StepChoice(1.0)  # the unit quasi-Newton step, shortened by the line search
+
+    def build_rule(self, problem: Problem, setup: Setup, step: StepChoice) -> Rule:
+        return lbfgs(problem.model, n=problem.desc.n)
+
+    def at_dispatch(self, dispatch: Dispatch) -> tuple[None, None]:
+        return None, None
+
+    def message(self, result: TaskResult, memo: Any) -> LBFGSMessage:
+        grad_sum, losses = result.payload
+        return LBFGSMessage(grad_sum, float(losses[0]), int(losses[2]), result.staleness)
+
+    def combine(self, messages: Sequence[LBFGSMessage]) -> LBFGSMessage:
+        return combine_lbfgs_messages(messages)
+
+    def signal(self, message: LBFGSMessage) -> np.ndarray:
+        return np.asarray(message.grad_sum)
+
+    def iterate(self, params: np.ndarray, state: LBFGSState) -> np.ndarray:
+        return state.x
+
+    def converged(self, state: LBFGSState) -> bool:
+        return bool(state.converged)
+
+
 @dataclass(frozen=True)
 class Method:
     """A row of the table: a family and whether the method waits for whole rounds."""
@@ -381,6 +437,7 @@ def _rows() -> dict[str, Method]:
         rows.append(Method(rule, MomentumFamily(rule), True, momentum=True))
         rows.append(Method("a" + rule, MomentumFamily(rule), False, momentum=True))
     rows.append(Method("dcasgd", DCASGDFamily(), False))
+    rows.append(Method("lbfgs", LBFGSFamily(), True))
     return {m.name: m for m in rows}
 
 

@@ -93,6 +93,8 @@ def _cached_sample(
 
 def _sampled(block: Block, sample_idx: np.ndarray) -> Block:
     idx = np.asarray(sample_idx, dtype=np.int64)
+    if idx.size == block.rows:  # the whole block (a sample is sorted and distinct): no copy
+        return Block(block.X, block.y, 0)
     return Block(take_rows(block.X, idx), block.y[idx], 0)  # one copy of the rows per task
 
 

@@ -1,0 +1,122 @@
+"""``--method lbfgs`` through the run loop: the pure rule's iterates, scikit-learn's optimum, the
+same model on Spark (both transports) as in one process, exact resume, and its options."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from async_spark.data.dataset import open_dataset
+from async_spark.models.linear import (
+    LinearModel,
+    block_gradient_sum,
+    block_loss_sum,
+    init_params,
+    objective,
+    pack_params,
+)
+from async_spark.optim.lbfgs import LBFGSMessage, combine_lbfgs_messages, lbfgs
+from async_spark.solvers import ConfigError, TrainConfig, train_linear
+from async_spark.solvers.checkpoint import load_latest
+
+L2 = 1e-2
+
+
+@pytest.fixture(scope="module")
+def cancer():
+    return open_dataset("builtin:breast_cancer", 3, standardize=True, loss="logistic")
+
+
+def _cfg(**kw):
+    base = dict(
+        data="builtin:breast_cancer",
+        method="lbfgs",
+        partitions=3,
+        l2=L2,
+        quiet=True,
+        eval_every=1e9,
+        max_updates=200,
+    )
+    return TrainConfig(**{**base, **kw})
+
+
+def _reference(model, blocks, rounds):
+    """The pure rule driven by hand over whole-block sums in block order (no engine)."""
+    n = sum(b.rows for b in blocks)
+    rule = lbfgs(model, n=n)
+    theta = init_params(model)
+    state = rule.init(theta)
+    for _ in range(rounds):
+        msg = combine_lbfgs_messages(
+            [
+                LBFGSMessage(
+                    block_gradient_sum(model, b, theta), block_loss_sum(model, b, theta), b.rows
+                )
+                for b in blocks
+            ]
+        )
+        theta, state = rule.update(msg, state, theta)
+        if state.converged:
+            break
+    return state
+
+
+def test_the_run_is_the_pure_rule_and_stops_at_scipys_optimum(cancer):
+    from sklearn.linear_model import LogisticRegression
+
+    source, desc = cancer
+    run = train_linear(_cfg(), dataset=cancer)
+    blocks = [source.load(p) for p in range(desc.num_blocks)]
+    model = LinearModel("logistic", desc.d, l2=L2)
+    ref = _reference(model, blocks, 200)
+    # The reported model is the last accepted point, and the run made the same evaluations.
+    np.testing.assert_allclose(run.theta, ref.x, rtol=0, atol=1e-12)
+    assert run.updates == ref.evaluations
+    assert run.stopped_by == "converged"
+    assert run.updates < 60  # quasi-Newton: tens of rounds, not thousands
+    X = np.vstack([b.X for b in blocks])
+    y = np.concatenate([b.y for b in blocks])
+    sk = LogisticRegression(C=1.0 / (len(y) * L2), tol=1e-12, max_iter=10_000).fit(X, y)
+    f_star = objective(model, pack_params(model, sk.coef_[0], sk.intercept_[0]), blocks)
+    assert (run.final_objective - f_star) / f_star <= 1e-10
+    assert "step_safeguard" not in run.summary() or not run.summary()["step_safeguard"]
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("transport", ["resident", "jobs"])
+def test_spark_runs_equal_the_in_process_run(spark, cancer, transport):
+    local = train_linear(_cfg(max_updates=25), dataset=cancer)
+    on_spark = train_linear(_cfg(max_updates=25, transport=transport), spark=spark, dataset=cancer)
+    np.testing.assert_array_equal(on_spark.theta, local.theta)
+    assert on_spark.final_objective == local.final_objective
+    assert on_spark.updates == local.updates == 25
+
+
+def test_a_resumed_run_ends_with_exactly_the_same_model(tmp_path, cancer):
+    def cfg(out, updates):
+        return _cfg(out=str(out), checkpoint_every=5, max_updates=updates, eval_every=1e-3)
+
+    full = train_linear(cfg(tmp_path / "full", 24), dataset=cancer)
+    train_linear(cfg(tmp_path / "cut", 12), dataset=cancer)
+    ckpt = load_latest(tmp_path / "cut")
+    assert ckpt.updates == 12
+    resumed = train_linear(cfg(tmp_path / "cut", 24), dataset=cancer, resume=ckpt)
+    np.testing.assert_array_equal(resumed.theta, full.theta)
+    assert resumed.final_objective == full.final_objective
+
+
+@pytest.mark.parametrize(
+    "options, field",
+    [
+        ({"step": 0.1}, "step"),
+        ({"step_rule": "sqrt"}, "step_rule"),
+        ({"batch_fraction": 0.5}, "batch_fraction"),
+        ({"l1": 1e-3}, "l1"),
+    ],
+)
+def test_options_a_line_search_cannot_take_are_refused(options, field):
+    with pytest.raises(ConfigError) as err:
+        _cfg(**options).validate()
+    assert err.value.field == field
+    assert "lbfgs" in str(err.value)
+    _cfg(batch_fraction=1.0).validate()  # the exact rounds it needs are accepted
