@@ -49,7 +49,8 @@ assumed: the run's ``final_objective`` is matched against our evaluation of ``ra
 Two tables per condition: defaults vs defaults (every peer with its defaults but ``regParam`` /
 ``C`` / ``l2``), and tuned vs tuned: every side gets a grid of :data:`GRID_SIZE` points chosen on
 the TUNING copy (ours: the default step of the TUNING run x :data:`OUR_STEP_MULTIPLIERS`, the
-momentum kept; MLlib: ``step``; pyspark.ml (``standardization=False``): ``tol`` x
+momentum kept; ``lbfgs`` has no step, its line search finds them, so it has no grid and its
+tuned time is its default's; MLlib: ``step``; pyspark.ml (``standardization=False``): ``tol`` x
 ``aggregationDepth``; scikit-learn: ``tol``), the winner = the point fastest to the tightest
 target it reaches there. Conditions: unthrottled; one executor JVM and its Python workers
 stopped and continued by a driver thread (``--duty`` 0.5 at ``--period`` 0.1 s: every side faces
@@ -95,6 +96,7 @@ from _common import Throttle, executor_pids, print_table, spark_session  # noqa:
 from async_spark.data.dataset import open_dataset  # noqa: E402
 from async_spark.solvers.config import TrainConfig  # noqa: E402
 from async_spark.solvers.linear import train_linear  # noqa: E402
+from async_spark.solvers.methods import METHODS  # noqa: E402
 
 # --- the suite ---------------------------------------------------------------------------------
 
@@ -120,6 +122,12 @@ class Data:
 
 
 SCORE_SEED, TUNING_SEED = 0, 1
+
+
+def stepless(method: str) -> bool:
+    """Whether ``method`` finds its own steps (lbfgs's line search): nothing for a step grid."""
+    return METHODS[method].family.reads_losses
+
 
 SUITES: dict[str, list[Data]] = {
     "full": [
@@ -704,7 +712,9 @@ def run_dataset(args: Any, spec: Data, spark: Any, tmp: str) -> DatasetResult:
         for std in (True, False) if args.check_peers and not args.ours_only else ():
             gap = race.ml_converged(std)
             print(f"  pyspark.ml standardization={std} at tol 1e-12: rel gap {gap:.1e} on its own")
-        methods = [m for m in args.methods if not (spec.l1 and m in ("ag", "aag", "hb", "ahb"))]
+        # methods that take no l1 term (no prox): the momentum methods without one, and lbfgs
+        smooth_only = ("ag", "aag", "hb", "ahb", "lbfgs")
+        methods = [m for m in args.methods if not (spec.l1 and m in smooth_only)]
         base: dict[str, dict[str, Any]] = {}
         warm = min(1.0, spec.budget / 2)
         for m in methods:  # warm-up: blocks into the workers, first jobs of each kind
@@ -736,6 +746,9 @@ def run_dataset(args: Any, spec: Data, spark: Any, tmp: str) -> DatasetResult:
         tuned: dict[str, Outcome] = {}
         winners: dict[str, Any] = {}
         for m in methods if args.grid else []:  # --grid 0: defaults only
+            if stepless(m):  # no step to tune (a line search): its default is its only point
+                tuned[m] = ours[m]
+                continue
             points = [(base[m]["step"] * x, base[m]["beta"]) for x in OUR_STEP_MULTIPLIERS]
             won = tune(points, lambda p, m=m: tune_race.ours(m, *p), args.targets, args.grid)
             if won is not None:
@@ -926,7 +939,7 @@ def main(argv: list[str] | None = None) -> tuple[float, float]:
     ap.add_argument("--smoke", action="store_true", help="seconds: one tiny dataset, local[2]")
     ap.add_argument("--master", default="local-cluster[2,1,2048]")
     ap.add_argument("--datasets", default=None, help="names of the suite to run (comma list)")
-    ap.add_argument("--methods", default=None, help="ours (default: asaga,saga,asgd,aag,ag)")
+    ap.add_argument("--methods", default=None, help="ours (default: asaga,saga,asgd,aag,ag,lbfgs)")
     ap.add_argument("--budget", type=float, default=None, help="override every dataset's")
     ap.add_argument("--targets", default="1e-3,1e-4", help="relative suboptimality targets")
     ap.add_argument(
@@ -972,7 +985,11 @@ def main(argv: list[str] | None = None) -> tuple[float, float]:
         suite = [every[n] for n in names]
     if args.budget:
         suite = [Data(**{**d.__dict__, "budget": args.budget}) for d in suite]
-    default_methods = {"smoke": "asaga", "quick": "asaga,aag", "full": "asaga,saga,asgd,aag,ag"}
+    default_methods = {
+        "smoke": "asaga",
+        "quick": "asaga,aag,lbfgs",
+        "full": "asaga,saga,asgd,aag,ag,lbfgs",
+    }
     args.methods = (args.methods or default_methods[mode]).split(",")
     args.transports = args.transports.split(",")
     if args.transports[0] != "resident" or not set(args.transports) <= {"resident", "jobs"}:
