@@ -149,6 +149,22 @@ def test_parity_with_pyspark_logistic_regression(fitted, assembled):
     assert abs(fitted.summary.objectiveHistory[-1] - ref.summary.objectiveHistory[-1]) < 0.01
 
 
+def test_lbfgs_ends_at_pyspark_mls_model_and_stops_by_itself(assembled):
+    """The same algorithm on the same objective (up to the n vs n-1 in the std): with defaults
+    but the penalty, our L-BFGS stops converged at pyspark.ml's model, to 4 digits where the
+    asynchronous fit above agrees to 1."""
+    train, _ = assembled
+    ref = LogisticRegression(regParam=0.01, tol=1e-12, maxIter=500).fit(train)
+    ours = AsyncLogisticRegression(method="lbfgs", regParam=0.01).fit(train)
+    assert ours.summary.stoppedBy == "converged"
+    assert ours.summary.totalUpdates < 100
+    a, b = ours.coefficients.toArray(), ref.coefficients.toArray()
+    assert np.linalg.norm(a - b) / np.linalg.norm(b) < 1e-2
+    assert ours.intercept == pytest.approx(ref.intercept, rel=1e-2)
+    with pytest.raises(ValueError, match="lbfgs"):
+        AsyncLogisticRegression(method="lbfgs", regParam=0.01, stepSize=0.1).fit(train)
+
+
 def test_pipeline_save_load_roundtrip(pipeline_model, cancer, tmp_path):
     _, test = cancer
     pipe, model = pipeline_model
