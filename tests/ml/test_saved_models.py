@@ -73,8 +73,12 @@ def test_an_old_model_loads_and_predicts_the_same(name, expected, spark):
     vectors = [_vector(s) for s in expected["score"]]
     df = spark.createDataFrame([(v,) for v in vectors], ["features"])
     rows = model.transform(df).select(*want["columns"]).collect()
-    for col, values in want["columns"].items():  # exactly: same doubles, same rule
-        assert [_plain(r[col]) for r in rows] == values, col
+    for col, values in want["columns"].items():  # the same rule: to the last bits of exp/BLAS,
+        got = [_plain(r[col]) for r in rows]  # which vary with the CPU's SIMD (AVX-512 or not)
+        if col == "prediction":
+            assert got == values, col
+        else:
+            np.testing.assert_allclose(got, values, rtol=1e-12, atol=1e-15, err_msg=col)
     assert [model.predict(v) for v in vectors] == want["columns"]["prediction"]
 
 

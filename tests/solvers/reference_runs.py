@@ -1,8 +1,9 @@
 """Seeded runs of every linear method whose models and traces are pinned as fixtures.
 
 The fixtures were written by ``python tests/solvers/reference_runs.py`` *before* the method layer
-was rebuilt (issue 15); ``test_reference_runs.py`` replays the same runs and requires bit-identical
-models, objectives and update paths. Synchronous methods run on the in-process transport (a round
+was rebuilt (issue 15); ``test_reference_runs.py`` replays the same runs and requires the same
+update paths, and models and objectives equal to 1e-12 relative (bit-identical on the machine
+that wrote them; the CPU's SIMD kernels change the last bits elsewhere). Synchronous methods run on the in-process transport (a round
 combines its results in block order, so the order of arrival does not matter); asynchronous ones on
 the virtual-time emulator, whose event order is deterministic. Regenerate only on purpose: a change
 of these numbers is a change of behaviour. Regenerated on purpose once: ``sgd-auto`` and

@@ -1,7 +1,13 @@
-"""The method layer's rebuild changed nothing: seeded runs of every method replay bit-identically.
+"""The method layer's rebuild changed nothing: seeded runs of every method replay the fixtures.
 
-Fixtures from ``reference_runs.py`` (written before the rebuild). A rule that reorders a sum, drops
-a term, mixes up staleness or the step schedule changes the model's bits and fails here.
+Fixtures from ``reference_runs.py`` (written before the rebuild). The update path (which block's
+result was applied at which version, with which staleness) and the number of updates must be the
+same; the model, the step and the objectives equal to 1e-12 relative. Not bit for bit: the last
+bits of numpy's SIMD kernels and OpenBLAS's depend on the CPU (an AVX-512 machine and an AVX2 one
+differ by about 1e-16 here, measured: every run of this file differed in its last bits on an
+AMD EPYC with AVX-512 from fixtures written on another machine). A rule that drops a term, mixes
+up staleness or the step schedule moves the model by far more than 1e-12 after 30 updates and
+fails here, as does one that changes the path.
 """
 
 from __future__ import annotations
@@ -11,6 +17,8 @@ import json
 import numpy as np
 import pytest
 import reference_runs as ref
+
+RTOL, ATOL = 1e-12, 1e-15  # rounding of the CPU's kernels, not behaviour (see above)
 
 
 @pytest.fixture(scope="module")
@@ -27,10 +35,12 @@ def pinned():
 
 
 @pytest.mark.parametrize("name", sorted(ref.RUNS))
-def test_seeded_run_is_bit_identical_to_its_fixture(name, datasets, pinned):
+def test_seeded_run_replays_its_fixture(name, datasets, pinned):
     thetas, meta = pinned
     result = ref.run(name, datasets)
-    assert np.array_equal(result.theta, thetas[name]), (
-        f"max |diff| {np.max(np.abs(result.theta - thetas[name])):.3g}"
-    )
-    assert ref.record(result) == meta[name]
+    np.testing.assert_allclose(result.theta, thetas[name], rtol=RTOL, atol=ATOL)
+    got, want = ref.record(result), meta[name]
+    assert got["path"] == want["path"]
+    assert got["updates"] == want["updates"]
+    for key in ("final_objective", "step", "objectives"):
+        np.testing.assert_allclose(got[key], want[key], rtol=RTOL, err_msg=key)
