@@ -43,7 +43,7 @@ from typing import NamedTuple
 import numpy as np
 
 from async_spark.models.linear import LinearModel, penalty_gradient, regularizer
-from async_spark.optim._validate import check_positive
+from async_spark.optim._validate import _is_int, check_positive, check_problem_size
 
 __all__ = [
     "LBFGS",
@@ -241,8 +241,7 @@ def lbfgs(model: LinearModel, *, n: int, memory: int = 10, gtol: float = 1e-10) 
             "L-BFGS needs a smooth objective: l1 must be 0 (use apg, saga or sgd, which take the "
             f"l1 prox), got {model.l1!r}"
         )
-    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
-        raise ValueError(f"n must be an integer >= 1, got {n!r}")
-    if isinstance(memory, bool) or not isinstance(memory, int | np.integer) or memory < 1:
+    n, _ = check_problem_size(n, 1)
+    if not _is_int(memory) or memory < 1:
         raise ValueError(f"memory must be an integer >= 1, got {memory!r}")
-    return LBFGS(model, int(n), int(memory), check_positive("gtol", gtol))
+    return LBFGS(model, n, int(memory), check_positive("gtol", gtol))
