@@ -29,13 +29,26 @@ further decrease is representable, and the rule says it has converged, as it doe
 step predicts, :math:`-\nabla F^T p`, is below the rounding of :math:`F`
 (:math:`10\,\epsilon_{\text{mach}} |F|`), where the line search could only chase noise.
 
-The objective must be smooth: no :math:`\ell_1` term (OWL-QN is not built; use ``apg`` or the
-SAGA/SGD methods, which take the penalty's prox). A round that misses rows (a lost block not yet
-retried) is not used: the same point is evaluated again.
+With an :math:`\ell_1` term :math:`\sum_j \lambda_j |x_j|` (:math:`\lambda_j = \lambda_1 / s_j` on
+the weights, 0 on the intercepts) the rule is OWL-QN (Andrew & Gao, "Scalable training of
+L1-regularized log-linear models", ICML 2007), which pyspark.ml runs with L1: the gradient is
+replaced by the pseudo-gradient :math:`\diamond F` (the subgradient of least norm,
+:func:`pseudo_gradient`), the pairs still hold the smooth part's gradients, the direction's
+weights whose sign disagrees with :math:`-\diamond F` are set to 0, every trial point is projected
+onto the orthant of :math:`x_k` (:math:`\operatorname{sign} x_k`, or
+:math:`-\operatorname{sign} \diamond F` where :math:`x_{k,j} = 0`: a weight that would cross zero
+stops at zero), and Armijo's condition reads
+:math:`F(x') \le F(x) + c_1 \diamond F(x)^T (x' - x)` at the projected point :math:`x'`. Without
+:math:`\ell_1` every one of these is the plain L-BFGS step above. The convergence tests read
+:math:`\diamond F` for :math:`\nabla F`.
+
+A round that misses rows (a lost block not yet retried) is not used: the same point is evaluated
+again.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -51,6 +64,7 @@ __all__ = [
     "LBFGSState",
     "combine_lbfgs_messages",
     "lbfgs",
+    "pseudo_gradient",
     "two_loop_direction",
 ]
 
@@ -84,8 +98,10 @@ def combine_lbfgs_messages(messages: Sequence[LBFGSMessage]) -> LBFGSMessage:
 class LBFGSState(NamedTuple):
     """The accepted point and what the line search and the quasi-Newton matrix need.
 
-    ``evaluations == 0``: nothing evaluated yet (the published point is the start). ``s``, ``y``
-    are rings of ``memory`` rows; ``pairs`` of them hold pairs, the newest at ``head - 1``."""
+    ``f`` is the whole objective (with the :math:`\\ell_1` term), ``g`` the smooth part's gradient
+    (what the pairs difference). ``evaluations == 0``: nothing evaluated yet (the published point
+    is the start). ``s``, ``y`` are rings of ``memory`` rows; ``pairs`` of them hold pairs, the
+    newest at ``head - 1``."""
 
     x: np.ndarray
     f: float
@@ -124,6 +140,18 @@ def two_loop_direction(
     return -q
 
 
+def pseudo_gradient(x: np.ndarray, g: np.ndarray, weights: np.ndarray | None) -> np.ndarray:
+    r"""The subgradient of least norm of :math:`F_s + \sum_j w_j |x_j|` at ``x``, where ``g`` is
+    :math:`\nabla F_s` (Andrew & Gao's pseudo-gradient): :math:`g_j + w_j\operatorname{sign} x_j`
+    off zero; at :math:`x_j = 0`, :math:`g_j + w_j` if that is negative, :math:`g_j - w_j` if that
+    is positive, else 0. ``weights`` None: ``g`` itself (a smooth objective)."""
+    if weights is None:
+        return g
+    right, left = g + weights, g - weights
+    at_zero = np.where(right < 0.0, right, np.where(left > 0.0, left, 0.0))
+    return np.where(x > 0.0, right, np.where(x < 0.0, left, at_zero))
+
+
 @dataclass(frozen=True)
 class LBFGS:
     """The rule (picklable; ``init``/``update`` as in DESIGN)."""
@@ -143,8 +171,26 @@ class LBFGS:
             x, 0.0, np.zeros(p), np.zeros(p), 0.0, zeros, zeros.copy(), 0, 0, 0, 0, False
         )
 
+    @functools.cached_property
+    def l1_weights(self) -> np.ndarray | None:
+        """:math:`\\lambda_1 / s_j` per weight and 0 per intercept; None without :math:`\\ell_1`."""
+        model = self.model
+        if model.l1 == 0.0:
+            return None
+        inverse = model._inverse_scale
+        per_column = np.ones(model.num_features) if inverse is None else inverse
+        weights = np.zeros(model.num_params)
+        penalized = model.outputs * model.num_features
+        weights[:penalized] = model.l1 * np.tile(per_column, model.outputs)
+        return weights
+
+    def pseudo(self, state: LBFGSState) -> np.ndarray:
+        """:math:`\\diamond F` at the accepted point (:math:`\\nabla F` without :math:`\\ell_1`)."""
+        return pseudo_gradient(state.x, state.g, self.l1_weights)
+
     def objective(self, message: LBFGSMessage, params: np.ndarray) -> tuple[float, np.ndarray]:
-        """:math:`F` and :math:`\\nabla F` at ``params`` from a whole round's sums."""
+        """:math:`F` (with the :math:`\\ell_1` term) and the smooth part's gradient at ``params``
+        from a whole round's sums."""
         f = message.loss_sum / self.n + regularizer(self.model, params)
         g = np.asarray(message.grad_sum, dtype=np.float64) / self.n
         return f, g + penalty_gradient(self.model, params)
@@ -160,17 +206,34 @@ class LBFGS:
         evaluations = state.evaluations + 1
         if state.evaluations == 0:
             return self._step_from(params, f, g, state, evaluations, accepted=0, first=True)
-        slope = float(state.g @ state.direction)
-        if np.isfinite(f) and f <= state.f + ARMIJO * state.t * slope:
+        slope = float(self.pseudo(state) @ state.direction)
+        if np.isfinite(f) and f <= state.f + ARMIJO * self._decrease(state, params, slope):
             return self._accept(params, f, g, state, evaluations)
         t = _backtrack(state.t, state.f, slope, f)
         if t >= MIN_STEP:
             nxt = state._replace(t=t, evaluations=evaluations)
-            return state.x + t * state.direction, nxt
+            return self._trial(nxt), nxt
         if state.pairs == 0:  # steepest descent cannot decrease F any more: done
             return np.array(state.x), state._replace(evaluations=evaluations, converged=True)
         reset = state._replace(pairs=0, head=0, evaluations=evaluations)
         return self._direction_from(reset, first=True)
+
+    def _decrease(self, state: LBFGSState, params: np.ndarray, slope: float) -> float:
+        """Armijo's first-order decrease to the trial point: :math:`t\\,\\nabla F^T p`, or
+        :math:`\\diamond F^T (x' - x)` at OWL-QN's projected point :math:`x'`."""
+        if self.l1_weights is None:
+            return state.t * slope
+        return float(self.pseudo(state) @ (params - state.x))
+
+    def _trial(self, state: LBFGSState) -> np.ndarray:
+        """:math:`x + t p`, projected onto the orthant of :math:`x` with :math:`\\ell_1`."""
+        point = state.x + state.t * state.direction
+        weights = self.l1_weights
+        if weights is None:
+            return point
+        orthant = np.where(state.x != 0.0, np.sign(state.x), -np.sign(self.pseudo(state)))
+        point[(weights > 0.0) & (np.sign(point) != orthant)] = 0.0
+        return point
 
     def _accept(
         self, x: np.ndarray, f: float, g: np.ndarray, state: LBFGSState, evaluations: int
@@ -204,23 +267,32 @@ class LBFGS:
         )
         if not np.all(np.isfinite(g)) or not np.isfinite(f):
             raise FloatingPointError("L-BFGS: the objective or its gradient is not finite")
-        if float(np.max(np.abs(g), initial=0.0)) <= self.gtol * max(1.0, abs(f)):
+        if float(np.max(np.abs(self.pseudo(at)), initial=0.0)) <= self.gtol * max(1.0, abs(f)):
             return np.array(at.x), at._replace(converged=True)
         return self._direction_from(at, first=first)
 
     def _direction_from(self, state: LBFGSState, *, first: bool) -> tuple[np.ndarray, LBFGSState]:
-        p = two_loop_direction(state.g, state.s, state.y, state.pairs, state.head)
-        if not float(state.g @ p) < 0.0:  # lost descent (rounding): restart without the pairs
+        pg = self.pseudo(state)
+        p = self._constrained(two_loop_direction(pg, state.s, state.y, state.pairs, state.head), pg)
+        if not float(pg @ p) < 0.0:  # lost descent (rounding): restart without the pairs
             state = state._replace(pairs=0, head=0)
-            p = -state.g
-        if -float(state.g @ p) <= ROUNDING * max(abs(state.f), 1e-300):
+            p = -pg
+        if -float(pg @ p) <= ROUNDING * max(abs(state.f), 1e-300):
             # a unit step's predicted decrease is below F's rounding: no trial can be judged
             return np.array(state.x), state._replace(direction=p, t=0.0, converged=True)
         t = 1.0
         if state.pairs == 0 and first:  # steepest descent: a unit-length first step (Breeze)
             t = 1.0 / max(float(np.linalg.norm(p)), 1e-300)
         nxt = state._replace(direction=p, t=t)
-        return state.x + t * p, nxt
+        return self._trial(nxt), nxt
+
+    def _constrained(self, p: np.ndarray, pg: np.ndarray) -> np.ndarray:
+        """OWL-QN's direction: weights whose sign disagrees with :math:`-\\diamond F` set to 0."""
+        weights = self.l1_weights
+        if weights is None:
+            return p
+        p[(weights > 0.0) & (p * pg >= 0.0)] = 0.0
+        return p
 
 
 def _backtrack(t: float, f0: float, slope: float, f_t: float) -> float:
@@ -233,14 +305,10 @@ def _backtrack(t: float, f0: float, slope: float, f_t: float) -> float:
 
 
 def lbfgs(model: LinearModel, *, n: int, memory: int = 10, gtol: float = 1e-10) -> LBFGS:
-    """Validate and build the rule (``memory`` pairs, as pyspark.ml's default ``m = 10``)."""
+    """Validate and build the rule (``memory`` pairs, as pyspark.ml's default ``m = 10``; OWL-QN
+    when the model has an :math:`\\ell_1` term)."""
     if not isinstance(model, LinearModel):
         raise ValueError(f"model must be a LinearModel, got {type(model).__name__}")
-    if model.l1 != 0.0:
-        raise ValueError(
-            "L-BFGS needs a smooth objective: l1 must be 0 (use apg, saga or sgd, which take the "
-            f"l1 prox), got {model.l1!r}"
-        )
     n, _ = check_problem_size(n, 1)
     if not _is_int(memory) or memory < 1:
         raise ValueError(f"memory must be an integer >= 1, got {memory!r}")

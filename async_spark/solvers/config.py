@@ -190,7 +190,7 @@ class TrainConfig:
 
     def _validate_line_search(self) -> None:
         """A method that finds its steps by a line search (lbfgs) on exact rounds takes no step
-        options, whole blocks only and a smooth objective."""
+        options and whole blocks only (with l1 it is OWL-QN)."""
         if not METHODS[self.method].family.reads_losses:
             return
         name = escape(str(self.method))
@@ -205,12 +205,6 @@ class TrainConfig:
                 "batch_fraction",
                 f"must be 1 for {name} (its line search needs the exact objective), got "
                 f"{quote(self.batch_fraction)}",
-            )
-        if self.l1:
-            raise ConfigError(
-                "l1",
-                f"must be 0 for {name} (a smooth objective; OWL-QN is not built): use apg or "
-                "saga/asaga/sgd/asgd, which take the l1 prox",
             )
 
     def _validate_policy(self) -> None:

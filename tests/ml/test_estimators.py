@@ -165,6 +165,20 @@ def test_lbfgs_ends_at_pyspark_mls_model_and_stops_by_itself(assembled):
         AsyncLogisticRegression(method="lbfgs", regParam=0.01, stepSize=0.1).fit(train)
 
 
+def test_lbfgs_with_elastic_net_is_owlqn_and_zeroes_pyspark_mls_coefficients(assembled):
+    """With elasticNetParam > 0 both sides run OWL-QN on the same objective: the same weights
+    are exactly zero and the rest agree."""
+    train, _ = assembled
+    options = dict(regParam=0.02, elasticNetParam=0.5)
+    ref = LogisticRegression(tol=1e-12, maxIter=500, **options).fit(train)
+    ours = AsyncLogisticRegression(method="lbfgs", **options).fit(train)
+    assert ours.summary.stoppedBy == "converged"
+    a, b = ours.coefficients.toArray(), ref.coefficients.toArray()
+    assert 5 <= int(np.sum(b == 0.0)) < b.size
+    np.testing.assert_array_equal(a == 0.0, np.abs(b) < 1e-6)
+    assert np.linalg.norm(a - b) / np.linalg.norm(b) < 1e-2
+
+
 def test_pipeline_save_load_roundtrip(pipeline_model, cancer, tmp_path):
     _, test = cancer
     pipe, model = pipeline_model

@@ -3,6 +3,8 @@ the line search's contract, and convergence to scipy's optimum on real data."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import scipy.optimize
@@ -22,6 +24,7 @@ from async_spark.optim.lbfgs import (
     LBFGSMessage,
     combine_lbfgs_messages,
     lbfgs,
+    pseudo_gradient,
     two_loop_direction,
 )
 
@@ -56,7 +59,7 @@ def test_two_loop_equals_the_explicit_recursion_in_ring_order():
     np.testing.assert_allclose(two_loop_direction(g, s_ring, y_ring, 0, 0), -g)
 
 
-def _problem(loss="logistic", penalty_scale=False):
+def _problem(loss="logistic", penalty_scale=False, l1=0.0):
     if loss == "softmax":
         X, y = load_digits(return_X_y=True)
         K = 10
@@ -72,6 +75,7 @@ def _problem(loss="logistic", penalty_scale=False):
         X.shape[1],
         num_classes=K,
         l2=1e-2,
+        l1=l1,
         # a penalty on columns of mixed scales, as on the original columns of mildly scaled data
         penalty_scale=tuple(np.linspace(0.5, 2.0, X.shape[1])) if penalty_scale else None,
     )
@@ -170,11 +174,100 @@ def test_a_non_finite_trial_backtracks():
 
 def test_options_are_checked():
     model, _ = _problem()
-    with pytest.raises(ValueError, match="l1 must be 0"):
-        lbfgs(LinearModel("logistic", 3, l1=1e-3), n=10)
     with pytest.raises(ValueError, match="memory must be an integer >= 1"):
         lbfgs(model, n=10, memory=0)
     with pytest.raises(ValueError, match="n must be an integer >= 1"):
         lbfgs(model, n=True)
     with pytest.raises(ValueError, match="params must have shape"):
         lbfgs(model, n=10).init(np.zeros(3))
+
+
+def test_the_pseudo_gradient_is_the_subgradient_of_least_norm():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(400) * (rng.random(400) < 0.5)  # half the coordinates at zero
+    g = rng.standard_normal(400)
+    w = rng.uniform(0.0, 1.5, 400) * (rng.random(400) < 0.9)  # some unpenalized (intercepts)
+    # the subdifferential of w_j |x_j| + g_j x_j: {g + w sign x} off zero, [g - w, g + w] at zero;
+    # its element of least norm is 0 clipped into that interval
+    low = np.where(x > 0, g + w, g - w)
+    high = np.where(x < 0, g - w, g + w)
+    np.testing.assert_array_equal(pseudo_gradient(x, g, w), np.clip(0.0, low, high))
+    assert pseudo_gradient(x, g, None) is g
+
+
+def _split_reference(model, blocks):
+    """The l1 problem by scipy's L-BFGS-B on w = u - v, u, v >= 0 (an exact smooth rewrite)."""
+    m = model.outputs * model.num_features
+    weights = lbfgs(model, n=10).l1_weights
+    smooth = dataclasses.replace(model, l1=0.0)
+
+    def theta(z):
+        return np.concatenate([z[:m] - z[m : 2 * m], z[2 * m :]])
+
+    def fun(z):
+        t = theta(z)
+        f = objective(smooth, t, blocks) + float(weights[:m] @ (z[:m] + z[m : 2 * m]))
+        g = full_gradient(smooth, t, blocks)
+        return f, np.concatenate([g[:m] + weights[:m], -g[:m] + weights[:m], g[m:]])
+
+    z0 = np.zeros(model.num_params + m)
+    bounds = [(0, None)] * (2 * m) + [(None, None)] * (model.num_params - m)
+    ref = scipy.optimize.minimize(
+        fun,
+        z0,
+        jac=True,
+        method="L-BFGS-B",
+        bounds=bounds,
+        options={"gtol": 1e-13, "ftol": 1e-16, "maxiter": 50_000, "maxfun": 100_000},
+    )
+    return theta(ref.x), ref.fun
+
+
+@pytest.mark.parametrize("penalty_scale", [False, True])
+def test_owlqn_reaches_the_l1_optimum_with_exact_zeros(penalty_scale):
+    model, blocks = _problem("logistic", penalty_scale, l1=2e-2)
+    rule = lbfgs(model, n=sum(b.rows for b in blocks))
+    state = _run(rule, model, blocks, 600)
+    assert state.converged
+    f = objective(model, state.x, blocks)
+    ref_theta, ref_f = _split_reference(model, blocks)
+    assert f - ref_f <= 1e-9 * abs(ref_f)
+    # optimality certificate: the least-norm subgradient of F vanishes at the point
+    pg = pseudo_gradient(state.x, full_gradient(model, state.x, blocks), rule.l1_weights)
+    assert float(np.max(np.abs(pg))) <= 1e-8
+    m = model.num_features
+    zeros = state.x[:m] == 0.0
+    assert 5 <= zeros.sum() < m  # a sparse model, with exact zeros as OWL-QN makes them
+    np.testing.assert_array_equal(zeros, np.abs(ref_theta[:m]) < 1e-6)
+    assert state.evaluations <= 1.5 * state.accepted + 10
+
+
+def test_each_owlqn_step_keeps_its_orthant_and_satisfies_armijo_at_the_projected_point():
+    model, blocks = _problem("logistic", l1=2e-2)
+    rule = lbfgs(model, n=sum(b.rows for b in blocks))
+    weighted = rule.l1_weights > 0
+    theta = init_params(model)
+    state = rule.init(theta)
+    theta, state = rule.update(_round(model, blocks, theta), state, theta)
+    projected = 0
+    for _ in range(300):
+        before = state
+        pg = rule.pseudo(before)
+        p = before.direction
+        # the direction descends and never moves a weight against its pseudo-gradient
+        assert float(pg @ p) < 0
+        assert np.all((p[weighted] * pg[weighted] < 0) | (p[weighted] == 0))
+        orthant = np.where(before.x != 0, np.sign(before.x), -np.sign(pg))
+        assert np.all((np.sign(theta[weighted]) == orthant[weighted]) | (theta[weighted] == 0))
+        projected += int(np.any(theta != before.x + before.t * p))
+        trial_f = objective(model, theta, blocks)
+        armijo = before.f + ARMIJO * float(pg @ (theta - before.x))
+        theta, state = rule.update(_round(model, blocks, theta), state, theta)
+        if state.accepted > before.accepted:
+            assert trial_f <= armijo + 1e-15
+        elif not state.converged:  # rejected: only a trial that fails the condition
+            assert trial_f > armijo
+        if state.converged:
+            break
+    assert state.converged and state.accepted >= 20
+    assert projected >= 3  # trials that would have crossed zero were stopped there
