@@ -272,7 +272,9 @@ class Objectives:
         l1, l2, X = self.spec.l1, self.spec.l2, self.X
         lam = l1 + l2
         opts: dict[str, Any] = {"C": 1.0 / (self.n * lam), "tol": 1e-10, "max_iter": 10_000}
-        if l1 > 0:  # elastic net: only saga; mean loss + lam((1-r)/2 ||w||^2 + r ||w||_1)
+        if l1 > 0 and self.K == 1:  # binary elastic net: scipy's L-BFGS-B on w = u - v
+            opts = {"l1": l1, "l2": l2}
+        elif l1 > 0:  # elastic net: only saga; mean loss + lam((1-r)/2 ||w||^2 + r ||w||_1)
             opts.update(solver="saga", penalty="elasticnet", l1_ratio=l1 / lam, max_iter=3000)
         else:
             opts.update(solver="newton-cg")
@@ -280,6 +282,9 @@ class Objectives:
         if kind == "raw+bias":
             Xb = sp.hstack([X, np.ones((self.n, 1))]).tocsr() if sp.issparse(X) else None
             Xb = Xb if Xb is not None else np.hstack([X, np.ones((self.n, 1))])
+            if "l1" in opts:
+                w, _ = _split_l1_logistic(Xb, self.y, fit_intercept=False, **opts)
+                return w[None, :-1], w[-1:]
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)
                 m = LogisticRegression(fit_intercept=False, **opts).fit(Xb, self.y)
@@ -289,11 +294,15 @@ class Objectives:
         else:  # centered and scaled: the same minimizer, better conditioned for the solver
             shift = self.mean
             Xs = (X - shift) / s
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            m = LogisticRegression(**opts).fit(Xs, self.y)
-        W = m.coef_ / s
-        return W, m.intercept_ - W @ shift
+        if "l1" in opts:
+            w, b0 = _split_l1_logistic(Xs, self.y, fit_intercept=True, **opts)
+            W, intercept = w[None, :] / s, np.array([b0])
+        else:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                m = LogisticRegression(**opts).fit(Xs, self.y)
+            W, intercept = m.coef_ / s, m.intercept_
+        return W, intercept - W @ shift
 
     def _grad_norm(self, kind: str, W: np.ndarray, b: np.ndarray) -> float:
         """Norm of the smooth part's gradient (of the prox-gradient step with L1) at (W, b)."""
@@ -310,6 +319,35 @@ class Objectives:
             t = self.spec.l1 * self.scales[kind]
             G = np.where(W != 0, G + t * np.sign(W), np.maximum(np.abs(G) - t, 0.0))
         return float(np.sqrt(np.sum(G * G) + np.sum(gb * gb)))
+
+
+def _split_l1_logistic(
+    X: Any, y: np.ndarray, *, l1: float, l2: float, fit_intercept: bool
+) -> tuple[np.ndarray, float]:
+    """argmin mean logistic loss + l2/2 ||w||^2 + l1 ||w||_1 (the intercept unpenalized) by
+    scipy's L-BFGS-B on the exact smooth rewrite w = u - v, u, v >= 0: a reference that shares
+    no code with the solvers raced (scikit-learn's saga, its only elastic-net solver, does not
+    reach 1e-6 in 3000 epochs on the standardized rcv1-like problem)."""
+    from scipy.optimize import minimize
+
+    n, d = X.shape
+
+    def fun(z: np.ndarray) -> tuple[float, np.ndarray]:
+        w, b = z[:d] - z[d : 2 * d], (z[2 * d] if fit_intercept else 0.0)
+        m = np.asarray(X @ w).ravel() + b
+        loss = float(np.mean(np.logaddexp(0.0, m) - y * m))
+        r = (expit(m) - y) / n
+        g = np.asarray(X.T @ r).ravel() + l2 * w
+        f = loss + 0.5 * l2 * float(w @ w) + l1 * float(z[: 2 * d].sum())
+        grad = np.concatenate([g + l1, -g + l1, [r.sum()] if fit_intercept else []])
+        return f, grad
+
+    z0 = np.zeros(2 * d + int(fit_intercept))
+    bounds = [(0.0, None)] * (2 * d) + [(None, None)] * int(fit_intercept)
+    opts = {"gtol": 1e-12, "ftol": 1e-16, "maxiter": 100_000, "maxfun": 200_000, "maxcor": 30}
+    res = minimize(fun, z0, jac=True, method="L-BFGS-B", bounds=bounds, options=opts)
+    z = res.x
+    return z[:d] - z[d : 2 * d], float(z[2 * d]) if fit_intercept else 0.0
 
 
 # --- sweeps over an iteration count (the peers) ------------------------------------------------
