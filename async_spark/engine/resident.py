@@ -1115,12 +1115,12 @@ class ResidentTransport(Transport):
         else:
             self._emit(ticket, TaskStatus.CANCELLED, None, t0)
 
-    def _drop(self, conn: _Conn, reason: str) -> None:
+    def _drop(self, conn: _Conn, reason: str) -> int:
         """Forget a connection: its tickets in flight fail (are cancelled, when closing), its
-        blocks wait for a new announcement."""
+        blocks wait for a new announcement. Returns how many tickets it failed."""
         with self._lock:
             if conn.closed:
-                return
+                return 0
             conn.closed = True
             self._conns.discard(conn)
             for b in conn.blocks:
@@ -1152,6 +1152,7 @@ class ResidentTransport(Transport):
             pass
         self._changes.append(("remove", conn))  # the reader unregisters and closes it
         self._wake_poller()
+        return len(flights)
 
     def _monitor_loop(self) -> None:
         tick = min(0.5, self.heartbeat_seconds / 2)
@@ -1219,12 +1220,12 @@ class ResidentTransport(Transport):
                 for c in sorted(self._conns, key=lambda c: c.partition)
             ]
 
-    def disconnect(self, block: int) -> bool:
+    def disconnect(self, block: int) -> int | None:
         """Drop the connection of the worker that owns ``block`` (fault drills and tests); the
-        worker reconnects within ``reconnect_seconds``. False if none is connected."""
+        worker reconnects within ``reconnect_seconds``. Returns how many of its tickets in flight
+        failed, None if no worker owns the block."""
         with self._lock:
             conn = self._owners.get(block)
         if conn is None:
-            return False
-        self._drop(conn, "disconnected on request")
-        return True
+            return None
+        return self._drop(conn, "disconnected on request")
