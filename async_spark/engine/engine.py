@@ -262,8 +262,13 @@ class AsyncEngine:
         if not self._started:
             self.start()
         waited = 0.0
+        outcomes = self.transport.outcomes
         while not self._stop.is_set():
-            self._dispatch()
+            # Outcomes already here are accounted first (at most one per ticket in flight): the
+            # next tickets then read the newest version and go out together, one write per
+            # worker on the resident transport.
+            if not (self.core.in_flight and outcomes.qsize()):
+                self._dispatch()
             if self.core.in_flight == 0:
                 if self.core.live_blocks == 0:
                     raise EngineError(
@@ -280,7 +285,7 @@ class AsyncEngine:
                 continue
             poll = self._poll_interval()
             try:
-                outcome = self.transport.outcomes.get(timeout=poll)
+                outcome = outcomes.get(timeout=poll)
             except queue.Empty:
                 waited += poll
                 if waited > idle_timeout:
@@ -312,22 +317,29 @@ class AsyncEngine:
         return 0.5
 
     def _dispatch(self) -> None:
-        for ticket in self.core.next_dispatches():
-            try:
-                handle = self.history.acquire(ticket.version)
-                args = self.task_args(ticket) if self.task_args is not None else None
-                if not self._keeps_tables:
-                    args = resolve_held(args)
-                delay = self._delay_for(ticket)
-                call = TaskCall(
-                    self.task_fn, handle, ticket.block, ticket.task_id, ticket.version, args, delay
-                )
-                self.transport.submit(ticket, call)
-            except BaseException as exc:
-                # The ticket is in flight in the core: close its accounting before propagating.
-                self.history.release(ticket.version)
-                self.core.complete(ticket.task_id, TaskStatus.FAILED)
-                raise EngineError(f"could not dispatch block {ticket.block}: {exc}") from exc
+        tickets = self.core.next_dispatches()
+        if not tickets:
+            return
+        with self.transport.batch():
+            for ticket in tickets:
+                self._submit(ticket)
+
+    def _submit(self, ticket: TaskTicket) -> None:
+        try:
+            handle = self.history.acquire(ticket.version)
+            args = self.task_args(ticket) if self.task_args is not None else None
+            if not self._keeps_tables:
+                args = resolve_held(args)
+            delay = self._delay_for(ticket)
+            call = TaskCall(
+                self.task_fn, handle, ticket.block, ticket.task_id, ticket.version, args, delay
+            )
+            self.transport.submit(ticket, call)
+        except BaseException as exc:
+            # The ticket is in flight in the core: close its accounting before propagating.
+            self.history.release(ticket.version)
+            self.core.complete(ticket.task_id, TaskStatus.FAILED)
+            raise EngineError(f"could not dispatch block {ticket.block}: {exc}") from exc
 
     def _delay_for(self, ticket: TaskTicket):  # type: ignore[no-untyped-def]
         if not self.stragglers.active:

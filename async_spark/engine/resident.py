@@ -31,6 +31,7 @@ This module is the driver's side; what runs in the executors is :mod:`.resident_
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -42,6 +43,7 @@ import threading
 import time
 import uuid
 from collections import Counter, OrderedDict, deque
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -81,6 +83,7 @@ __all__ = ["ResidentTransport"]
 
 _DELTA_DTYPES = frozenset(DTYPES.values())
 _DELTA_MIN_SIZE = 1024  # smaller models always travel in full (a delta would save little)
+_CORK_BELOW = 1 << 16  # tickets up to this size wait for the end of a batch(); larger go at once
 _EXIT_WAIT = 10.0  # seconds close() waits for the workers to leave before cancelling the job
 _LATE_EXIT_WAIT = 1.0  # the same when some task never connected (it would not hear "exit")
 
@@ -349,6 +352,7 @@ class ResidentTransport(Transport):
         self._threads: list[threading.Thread] = []
         self._handshakes = threading.BoundedSemaphore(32)
         self.outcomes = _Outcomes(self)  # type: ignore[assignment]
+        self._corked = threading.local()  # a thread's held-back ticket frames, in batch()
         # one reader at a time: the thread waiting for outcomes, else the monitor
         self._read_lock = threading.Lock()
         self._poller: int | None = None  # ident of the thread reading now
@@ -369,6 +373,7 @@ class ResidentTransport(Transport):
         self._counts = {"full": 0, "delta": 0, "held": 0}
         self._table_counts = {"full": 0, "held": 0, "commit": 0}
         self._ticket_bytes = 0
+        self._ticket_writes = 0  # socket writes that carried tickets (batch() joins them)
         self.address: tuple[str, int] | None = None  # where the server listens
         self.advertised: tuple[str, int] | None = None  # what the workers dial
 
@@ -743,7 +748,13 @@ class ResidentTransport(Transport):
                 fields["base"] = base
             args, table = self._table_part(conn, ticket, call.args, fields)
             parts = encode_frame("ticket", fields, (part, args, table))
-            self._hold(conn, version, model, mode, sum(len(p) for p in parts))
+            size = sum(len(p) for p in parts)
+            self._hold(conn, version, model, mode, size)
+            corked = getattr(self._corked, "frames", None)
+            if corked is not None and size <= _CORK_BELOW:
+                # joined now: the frame must not change if the caller reuses its arrays
+                corked.setdefault(conn, []).append(b"".join(parts))
+                return
             try:
                 send_frame(conn.sock, parts)
                 conn.last_sent = time.monotonic()
@@ -751,8 +762,31 @@ class ResidentTransport(Transport):
                 send_error: OSError | None = exc
             else:
                 send_error = None
+                self._count_write()
         if send_error is not None:
             self._drop(conn, f"send failed: {send_error}")
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Small tickets submitted by this thread inside the context go out when it ends, one
+        write per worker connection (a ``sendall`` on loopback costs more than encoding a ticket).
+        A worker's tickets keep their order; nested contexts send at the outermost's end."""
+        if getattr(self._corked, "frames", None) is not None:
+            yield
+            return
+        frames: dict[_Conn, list[bytes]] = {}
+        self._corked.frames = frames
+        try:
+            yield
+        finally:
+            self._corked.frames = None
+            for conn, held in frames.items():
+                if self._send(conn, [b"".join(held)]):
+                    self._count_write()
+
+    def _count_write(self) -> None:
+        with self._lock:
+            self._ticket_writes += 1
 
     def _table_part(
         self, conn: _Conn, ticket: TaskTicket, args: Any, fields: dict[str, Any]
@@ -1193,7 +1227,9 @@ class ResidentTransport(Transport):
         """Tickets sent, by how their model travelled (``model_full``, ``model_delta``,
         ``model_held``) and, for tickets that read a HeldRows table, how the table did
         (``table_full``, ``table_held``, ``table_commit``: see :mod:`.tables`), the bytes of
-        every ticket frame sent (``ticket_bytes``), and
+        every ticket frame sent (``ticket_bytes``), the socket writes that carried them
+        (``ticket_writes``: fewer than tickets when a worker's tickets of one dispatch went
+        together), and
         ``copies_kept``: the versions copied on the driver while a worker holds them (the bases
         of deltas; at most ``max_versions`` per worker)."""
         with self._lock:
@@ -1201,6 +1237,7 @@ class ResidentTransport(Transport):
             out["tickets"] = sum(out.values())
             out.update({f"table_{k}": v for k, v in self._table_counts.items()})
             out["ticket_bytes"] = self._ticket_bytes
+            out["ticket_writes"] = self._ticket_writes
             out["copies_kept"] = len(self._copies)
         return out
 

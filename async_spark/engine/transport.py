@@ -7,12 +7,14 @@ queue — success, failure or cancellation — so the driver's accounting always
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
 import traceback
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
 from .core import TaskStatus, TaskTicket
@@ -80,6 +82,11 @@ class Transport(ABC):
     @abstractmethod
     def submit(self, ticket: TaskTicket, call: TaskCall) -> None:
         """Run ``call`` for ``ticket`` (non-blocking)."""
+
+    def batch(self) -> AbstractContextManager[None]:
+        """A context in which submits may be held back and sent together when it ends (the
+        resident transport: one write per worker connection); by default each goes at once."""
+        return contextlib.nullcontext()
 
     @abstractmethod
     def cancel(self, ticket: TaskTicket) -> None:

@@ -8,7 +8,8 @@ import time
 import numpy as np
 import pytest
 
-from async_spark.engine import AsyncEngine, EngineError, LocalTransport, Policy
+from async_spark.engine import AsyncEngine, EngineError, LocalTransport, Policy, TaskStatus
+from async_spark.engine.transport import Outcome
 
 
 def slow_block_task(block, model, args):
@@ -33,6 +34,59 @@ def test_local_transport_runs_the_engine_loop_with_a_staleness_bound():
                 break
     assert set(got) >= {1, 2}
     assert eng.core.accounting_closes() and eng.core.in_flight == 0
+
+
+class InstantTransport(LocalTransport):
+    """Every task finishes inside submit: its outcome is waiting before the engine looks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches: list[list[int]] = []  # the versions the tickets of each batch() read
+        self._batch: list[int] | None = None
+
+    def start(self, num_blocks, slots, run_name, *, task_fn=None) -> None:
+        self.run_name = run_name
+
+    def batch(self):
+        transport = self
+
+        class _Batch:
+            def __enter__(self):
+                transport._batch = []
+
+            def __exit__(self, *exc):
+                transport.batches.append(transport._batch)
+                transport._batch = None
+
+        return _Batch()
+
+    def submit(self, ticket, call) -> None:
+        assert self._batch is not None, "the engine submits inside batch()"
+        self._batch.append(ticket.version)
+        reports = call(iter([ticket.block]))
+        self.outcomes.put(Outcome(ticket, TaskStatus.OK, reports[0], 0.0))
+
+
+def test_outcomes_already_here_are_accounted_before_the_next_tickets_go_out():
+    """4 blocks whose results are all waiting: the engine takes the 4 (publishing 4 versions)
+    before it dispatches again, so the next 4 tickets read the newest version, in one batch."""
+    transport = InstantTransport()
+    with AsyncEngine(
+        transport,
+        lambda block, model, args: float(model),
+        num_blocks=4,
+        policy=Policy.asynchronous(),
+        initial_model=0.0,
+    ) as eng:
+        staleness = []
+        for r in eng.results():
+            staleness.append(r.staleness)
+            eng.publish(float(eng.version + 1))
+            if len(staleness) == 12:
+                break
+        assert eng.core.accounting_closes()
+    assert transport.batches == [[0] * 4, [4] * 4, [8] * 4]
+    assert staleness == [0, 1, 2, 3] * 3
 
 
 def test_every_block_failing_raises_with_the_last_error():

@@ -380,6 +380,20 @@ def test_sync_run_is_bit_identical_to_local_and_versions_travel_once(spark):
 
 
 @spark_only
+def test_a_workers_tickets_of_one_dispatch_travel_in_one_write(spark):
+    """6 blocks on 4 resident tasks (2, 2, 1, 1 blocks): each synchronous round's 6 tickets go
+    out in 4 socket writes, and the model is bit-identical to the one-process run's."""
+    _register_by_value()
+    local_w, _ = sum_of_blocks_run(LocalTransport(), P=6)
+    transport = ResidentTransport(spark)
+    resident_w, _ = sum_of_blocks_run(transport, P=6)
+    assert resident_w.tobytes() == local_w.tobytes()
+    assert transport.num_tasks == 4
+    assert transport.stats["tickets"] == 8 * 6
+    assert transport.stats["ticket_writes"] == 8 * 4
+
+
+@spark_only
 def test_async_run_echoes_every_version_exactly_through_deltas(spark):
     _register_by_value()
     transport = ResidentTransport(spark, max_versions=3)
