@@ -45,7 +45,8 @@ log = logging.getLogger(__name__)
 def finite_payload(payload: Any) -> bool:
     """True when every number in ``payload`` (arrays, scalars, nested tuples/lists) is finite."""
     if isinstance(payload, np.ndarray):
-        return not np.issubdtype(payload.dtype, np.number) or bool(np.isfinite(payload).all())
+        # integers and non-numbers are finite as they are: only floats (and NaT) are checked
+        return payload.dtype.kind not in "fcm" or bool(np.isfinite(payload).all())
     if isinstance(payload, float | np.floating):
         return bool(np.isfinite(payload))
     if isinstance(payload, tuple | list):

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from async_spark.engine import AsyncEngine, EngineError, LocalTransport, Policy, TaskStatus
+from async_spark.engine.engine import finite_payload
 from async_spark.engine.transport import Outcome
 
 
@@ -175,3 +176,26 @@ def test_non_finite_results_are_rejected_and_the_block_quarantined(caplog):
     assert 1 not in got and eng.snapshot()["counts"]["invalid"] == 2
     assert eng.core.status(1).value == "quarantined"
     assert "quarantined" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "payload, finite",
+    [
+        (np.array([1.0, 2.0]), True),
+        (np.array([1.0, np.nan]), False),
+        (np.array([1.0, -np.inf], dtype=np.float32), False),
+        (np.array([1 + 2j, complex(0, np.inf)]), False),
+        (np.array([np.timedelta64(1, "s"), np.timedelta64("NaT")]), False),
+        (np.arange(5), True),
+        (np.array([True, False]), True),
+        (np.zeros((0, 3)), True),
+        (float("inf"), False),
+        (np.float32("nan"), False),
+        (3, True),
+        ((np.ones(2), [0.5, {"a": np.array([np.nan])}]), False),
+        ((np.ones(2), [0.5, {"a": np.array([1.0])}]), True),
+        (None, True),
+    ],
+)
+def test_finite_payload_checks_every_float_nested_anywhere(payload, finite):
+    assert finite_payload(payload) is finite
