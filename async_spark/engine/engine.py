@@ -265,11 +265,7 @@ class AsyncEngine:
         waited = 0.0
         outcomes = self.transport.outcomes
         while not self._stop.is_set():
-            # Outcomes already here are accounted first (at most one per ticket in flight): the
-            # next tickets then read the newest version and go out together, one write per
-            # worker on the resident transport.
-            if not (self.core.in_flight and outcomes.qsize()):
-                self._dispatch()
+            self._dispatch()
             if self.core.in_flight == 0:
                 if self.core.live_blocks == 0:
                     raise EngineError(

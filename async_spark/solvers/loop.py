@@ -113,6 +113,19 @@ class _DivergenceGuard:
             )
 
 
+def _lost_blocks_message(engine: Any) -> str:
+    lost = [
+        b
+        for b in range(engine.core.num_blocks)
+        if engine.core.status(b).value in ("dead", "quarantined")
+    ]
+    return (
+        f"block(s) {lost} given up (failed more than {engine.core.max_retries} times in a row, "
+        "or quarantined for invalid results); this method evaluates its objective on every "
+        f"block, so the run cannot go on without them; last error:\n{engine.last_error}"
+    )
+
+
 def _results(engine: Any, gamma: float) -> Iterator[TaskResult]:
     """The engine's results; when every block was quarantined for non-finite results, the run
     diverged: say so (a FloatingPointError that suggests a smaller step)."""
@@ -163,6 +176,8 @@ def run_updates(
             if rebuilt is not None:  # the step changed
                 current.rule = rebuilt
                 guard.gamma = safeguard.gamma
+        if family.needs_every_block and engine.core.live_blocks < engine.core.num_blocks:
+            raise EngineError(_lost_blocks_message(engine))
         msg = messages.accept(result, engine.live_blocks)
         if msg is None:
             continue

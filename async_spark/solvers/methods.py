@@ -132,6 +132,9 @@ class Family(Protocol):
     #: whether the family judges its own steps from the tasks' losses (a line search): its
     #: ``message`` then gets ``(payload, loss stats)`` and no step safeguard runs
     reads_losses: bool
+    #: whether every update needs every block's rows (a line search's exact objective): a block
+    #: given up then ends the run, where the other methods go on with the blocks left
+    needs_every_block: bool
 
     def choose_step(self, problem: Problem, setup: Setup) -> StepChoice: ...
 
@@ -156,6 +159,7 @@ class _RunsToTheBudget:
     """Families without a stopping test of their own and with no line search."""
 
     reads_losses = False
+    needs_every_block = False
 
     def converged(self, state: Any) -> bool:
         return False
@@ -385,6 +389,8 @@ class LBFGSFamily:
     noise_ball = False
     batch_fraction = 1.0  # the line search needs the exact objective
     reads_losses = True
+    needs_every_block = True  # a round without a block is evaluated again: with one given up,
+    # every round would be, until the budget
 
     def choose_step(self, problem: Problem, setup: Setup) -> StepChoice:
         return StepChoice(1.0)  # the unit quasi-Newton step, shortened by the line search

@@ -68,26 +68,25 @@ class InstantTransport(LocalTransport):
         self.outcomes.put(Outcome(ticket, TaskStatus.OK, reports[0], 0.0))
 
 
-def test_outcomes_already_here_are_accounted_before_the_next_tickets_go_out():
-    """4 blocks whose results are all waiting: the engine takes the 4 (publishing 4 versions)
-    before it dispatches again, so the next 4 tickets read the newest version, in one batch."""
+def _batches(policy, publish_every: int, results: int) -> list[list[int]]:
+    """The versions the tickets of each batch() read, over ``results`` results of 4 blocks."""
     transport = InstantTransport()
-    with AsyncEngine(
-        transport,
-        lambda block, model, args: float(model),
-        num_blocks=4,
-        policy=Policy.asynchronous(),
-        initial_model=0.0,
-    ) as eng:
-        staleness = []
-        for r in eng.results():
-            staleness.append(r.staleness)
-            eng.publish(float(eng.version + 1))
-            if len(staleness) == 12:
+    task = lambda block, model, args: float(model)  # noqa: E731
+    with AsyncEngine(transport, task, num_blocks=4, policy=policy, initial_model=0.0) as eng:
+        for n, _ in enumerate(eng.results(), start=1):
+            if n % publish_every == 0:
+                eng.publish(float(eng.version + 1))
+            if n == results:
                 break
-        assert eng.core.accounting_closes()
-    assert transport.batches == [[0] * 4, [4] * 4, [8] * 4]
-    assert staleness == [0, 1, 2, 3] * 3
+    return transport.batches
+
+
+def test_the_tickets_of_one_dispatch_go_to_the_transport_in_one_batch():
+    """A synchronous round's 4 tickets are submitted inside one ``batch()`` (the resident
+    transport then joins a worker's tickets into one write); an asynchronous run dispatches
+    each block as its result is taken, reading the version published just before."""
+    assert _batches(Policy.sync(), 4, 12) == [[0] * 4, [1] * 4, [2] * 4]
+    assert _batches(Policy.asynchronous(), 1, 6) == [[0] * 4, [1], [2], [3], [4], [5]]
 
 
 def test_every_block_failing_raises_with_the_last_error():

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from async_spark.data.dataset import open_dataset
+from async_spark.engine import EngineError, LocalTransport
 from async_spark.models.linear import (
     LinearModel,
     block_gradient_sum,
@@ -141,3 +142,28 @@ def test_options_a_line_search_cannot_take_are_refused(options, field):
     assert err.value.field == field
     assert "lbfgs" in str(err.value)
     _cfg(batch_fraction=1.0).validate()  # the exact rounds it needs are accepted
+
+
+class _BrokenBlock(LocalTransport):
+    """Every task of block 1 raises (say, rows that one executor cannot read)."""
+
+    def _execute(self, ticket, call):
+        if ticket.block == 1:
+            raise RuntimeError("block 1 is broken")
+        return super()._execute(ticket, call)
+
+
+def test_a_block_given_up_ends_the_run_with_its_error_instead_of_running_to_the_budget(cancer):
+    """L-BFGS evaluates again a round that misses a block: with the block given up for good,
+    every round would, until the budget. The run stops at once, naming the block and its error;
+    synchronous SGD (whose rounds are the blocks left) goes on without it."""
+    cfg = _cfg(max_retries=1, time_budget=20.0, max_updates=10**6)
+    with pytest.raises(EngineError, match=r"(?s)block\(s\) \[1\] given up.*block 1 is broken"):
+        train_linear(cfg, dataset=cancer, transport=_BrokenBlock())
+    sgd = train_linear(
+        _cfg(method="sgd", max_retries=1, max_updates=20),
+        dataset=cancer,
+        transport=_BrokenBlock(),
+    )
+    assert sgd.updates == 20 and sgd.stopped_by == "max_updates"
+    assert [b["status"] for b in sgd.engine_snapshot["blocks"]] == ["idle", "dead", "idle"]
