@@ -43,7 +43,7 @@ stops at zero), and Armijo's condition reads
 :math:`\diamond F` for :math:`\nabla F`.
 
 A round that misses rows (a lost block not yet retried) is not used: the same point is evaluated
-again.
+again. A block given up for good ends the run (``Family.needs_every_block``, in the run loop).
 """
 
 from __future__ import annotations
