@@ -216,6 +216,11 @@ class SchedulerCore:
     def status(self, block: int) -> BlockStatus:
         return self._blocks[block].status
 
+    def given_up_blocks(self) -> list[int]:
+        """The blocks given up for good (dead after too many failures, or quarantined)."""
+        with self._lock:
+            return [i for i, b in enumerate(self._blocks) if b.status in _GIVEN_UP]
+
     def block_tasks(self) -> list[int]:
         """Tasks dispatched per block so far (a checkpoint stores them; resuming continues them)."""
         with self._lock:

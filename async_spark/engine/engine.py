@@ -263,7 +263,6 @@ class AsyncEngine:
         if not self._started:
             self.start()
         waited = 0.0
-        outcomes = self.transport.outcomes
         while not self._stop.is_set():
             self._dispatch()
             if self.core.in_flight == 0:
@@ -282,7 +281,7 @@ class AsyncEngine:
                 continue
             poll = self._poll_interval()
             try:
-                outcome = outcomes.get(timeout=poll)
+                outcome = self.transport.outcomes.get(timeout=poll)
             except queue.Empty:
                 waited += poll
                 if waited > idle_timeout:

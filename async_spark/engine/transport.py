@@ -14,7 +14,6 @@ import time
 import traceback
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
 from .core import TaskStatus, TaskTicket
@@ -83,7 +82,7 @@ class Transport(ABC):
     def submit(self, ticket: TaskTicket, call: TaskCall) -> None:
         """Run ``call`` for ``ticket`` (non-blocking)."""
 
-    def batch(self) -> AbstractContextManager[None]:
+    def batch(self) -> contextlib.AbstractContextManager[None]:
         """A context in which submits may be held back and sent together when it ends (the
         resident transport: one write per worker connection); by default each goes at once."""
         return contextlib.nullcontext()

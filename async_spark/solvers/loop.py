@@ -114,13 +114,8 @@ class _DivergenceGuard:
 
 
 def _lost_blocks_message(engine: Any) -> str:
-    lost = [
-        b
-        for b in range(engine.core.num_blocks)
-        if engine.core.status(b).value in ("dead", "quarantined")
-    ]
     return (
-        f"block(s) {lost} given up (failed more than {engine.core.max_retries} times in a row, "
+        f"block(s) {engine.core.given_up_blocks()} given up (failed more than {engine.core.max_retries} times in a row, "
         "or quarantined for invalid results); this method evaluates its objective on every "
         f"block, so the run cannot go on without them; last error:\n{engine.last_error}"
     )

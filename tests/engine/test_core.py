@@ -194,6 +194,7 @@ def test_incremental_block_sets_match_a_full_scan(policy):
         assert core._failed == {i for i, s in enumerate(statuses) if s is BlockStatus.FAILED}
         given_up = {BlockStatus.DEAD, BlockStatus.QUARANTINED}
         assert core.live_blocks == sum(s not in given_up for s in statuses)
+        assert core.given_up_blocks() == [i for i, s in enumerate(statuses) if s in given_up]
         assert core.in_flight == sum(s is BlockStatus.RUNNING for s in statuses)
         live_clocks = [core._blocks[i].clock for i, s in enumerate(statuses) if s not in given_up]
         assert core._live_clocks == Counter(live_clocks)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -48,18 +49,12 @@ class InstantTransport(LocalTransport):
     def start(self, num_blocks, slots, run_name, *, task_fn=None) -> None:
         self.run_name = run_name
 
+    @contextlib.contextmanager
     def batch(self):
-        transport = self
-
-        class _Batch:
-            def __enter__(self):
-                transport._batch = []
-
-            def __exit__(self, *exc):
-                transport.batches.append(transport._batch)
-                transport._batch = None
-
-        return _Batch()
+        self._batch = []
+        yield
+        self.batches.append(self._batch)
+        self._batch = None
 
     def submit(self, ticket, call) -> None:
         assert self._batch is not None, "the engine submits inside batch()"
