@@ -444,6 +444,14 @@ class ResidentTransport(Transport):
             self.close()
             raise
 
+    def _await_job(self, job: threading.Thread, seconds: float) -> None:
+        """Wait for the job to end, reading the sockets meanwhile: a worker blocked sending a
+        result larger than its socket's buffer reads its exit only once that send is done."""
+        end = time.monotonic() + seconds
+        while job.is_alive() and (left := end - time.monotonic()) > 0:
+            self._poll(min(0.05, left))
+            job.join(0.005)
+
     def _parallelism(self, num_blocks: int) -> int:
         from .connect import default_parallelism
 
@@ -664,7 +672,7 @@ class ResidentTransport(Transport):
                 # exit: give the others a moment to leave, then cancel the job.
                 started = len({c.partition for c in conns}) >= self.num_tasks
                 wait = _EXIT_WAIT if started else _LATE_EXIT_WAIT
-                job.join(max(0.0, min(wait, deadline - time.monotonic())))
+                self._await_job(job, max(0.0, min(wait, deadline - time.monotonic())))
                 log.debug("resident transport: job thread alive=%s", job.is_alive())
                 if job.is_alive():
                     if started:

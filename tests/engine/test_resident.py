@@ -606,6 +606,42 @@ def test_closing_before_a_late_worker_connects_cancels_its_task_at_once(spark):
     assert not transport._job_thread.is_alive()
 
 
+def big_result_task(block, model, args):
+    return np.full(BIG, float(block))  # 32 MB: more than any socket buffer holds
+
+
+BIG = 4_000_000
+
+
+@spark_only
+def test_closing_while_workers_send_results_larger_than_a_socket_buffer_is_prompt(spark, caplog):
+    """Workers blocked sending a big result read their exit only once the driver has taken it:
+    close() reads the sockets while it waits, so they leave when told instead of being
+    cancelled after 10 s."""
+    _register_by_value()
+    caplog.set_level(logging.INFO, logger="async_spark.engine.resident")
+    transport = ResidentTransport(spark)
+    eng = AsyncEngine(
+        transport,
+        big_result_task,
+        num_blocks=4,
+        policy=Policy.asynchronous(),
+        initial_model=np.zeros(4),
+        keep_trajectory=False,
+    )
+    with eng:
+        for i, r in enumerate(eng.results()):
+            assert r.payload.shape == (BIG,) and r.payload[0] == r.block
+            if i == 8:
+                break
+        t0 = time.monotonic()
+    closed = time.monotonic() - t0
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "cancelling the job" not in text, text
+    assert closed < 8.0, closed
+    assert not transport._job_thread.is_alive()
+
+
 @pytest.mark.parametrize(
     ("option", "value", "message"),
     [
