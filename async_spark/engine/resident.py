@@ -450,7 +450,6 @@ class ResidentTransport(Transport):
         end = time.monotonic() + seconds
         while job.is_alive() and (left := end - time.monotonic()) > 0:
             self._poll(min(0.05, left))
-            job.join(0.005)
 
     def _parallelism(self, num_blocks: int) -> int:
         from .connect import default_parallelism

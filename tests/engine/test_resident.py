@@ -606,11 +606,11 @@ def test_closing_before_a_late_worker_connects_cancels_its_task_at_once(spark):
     assert not transport._job_thread.is_alive()
 
 
+BIG = 4_000_000  # float64: 32 MB, more than any socket buffer holds
+
+
 def big_result_task(block, model, args):
-    return np.full(BIG, float(block))  # 32 MB: more than any socket buffer holds
-
-
-BIG = 4_000_000
+    return np.full(BIG, float(block))
 
 
 @spark_only
