@@ -599,7 +599,7 @@ def train_linear(
     model = np.array(family.iterate(current.theta, current.state))
     record = recorder.finish(end.wall, engine.version, model)
     return _result(
-        config, problem, row, step, model, end, record, engine.snapshot(), safeguard, setup_seconds
+        config, problem, row, step, model, end, record, engine, safeguard, setup_seconds, current
     )
 
 
@@ -648,11 +648,19 @@ def _result(
     model: np.ndarray,
     end: LoopEnd,
     record: RunRecord,
-    snap: dict[str, Any],
+    engine: Any,
     safeguard: StepSafeguard | None,
     setup_seconds: float,
+    current: Current,
 ) -> TrainResult:
-    """What the run produced, from the loop's end, the recording and the engine's snapshot."""
+    """What the run produced, from the loop's end, the recording, the engine's snapshot and
+    the rule the run ended with (a momentum rule's ``final_beta`` differs from the automatic
+    ``beta`` when the step search raised the step)."""
+    snap = engine.snapshot()
+    momentum = {}
+    if row.momentum:
+        final_beta = current.rule.beta
+        momentum = {**step.info, "damping": config.momentum_damping, "final_beta": final_beta}
     return TrainResult(
         config=config,
         descriptor=problem.desc,
@@ -669,7 +677,7 @@ def _result(
         engine_snapshot=snap,
         stopped_by=end.stopped_by,
         snapshots=record.snapshots,
-        momentum={**step.info, "damping": config.momentum_damping} if row.momentum else {},
+        momentum=momentum,
         source=problem.source,
         step_safeguard=None if safeguard is None else safeguard.summary(),
         setup_seconds=setup_seconds,

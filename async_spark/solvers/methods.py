@@ -46,7 +46,7 @@ from async_spark.optim.sgd import SGDMessage, combine_sgd_messages, sgd
 from async_spark.optim.steps import asynchronous_step, auto_step, make_step_rule
 
 from .curvature import gram_max_eigenvalue
-from .momentum import MOMENTUM_RULES, MomentumLinear, momentum_step
+from .momentum import MOMENTUM_RULES, MomentumLinear, momentum_step, raised_momentum
 from .worker import LinearTask, TaskArgs
 
 __all__ = [
@@ -120,8 +120,8 @@ class Family(Protocol):
     """
 
     computation: str
-    #: whether the step safeguard may search upward from an automatic step (see .safeguard):
-    #: not for momentum, whose step and momentum are tuned together from (mu, L)
+    #: whether the step safeguard may search upward from an automatic step (see .safeguard;
+    #: a momentum family retunes its momentum with the raised step, see raised_momentum)
     step_search: bool
     #: whether a constant step leaves the method in a noise ball, so that the safeguard halves
     #: an automatic step on plateaus (not SAGA: its variance-reduced step converges)
@@ -318,7 +318,7 @@ class MomentumFamily(_GradientMessages):
     """HB, AG and APG on gradient sums (:mod:`.momentum`)."""
 
     rule: str
-    step_search = False
+    step_search = True
     noise_ball = True
 
     def choose_step(self, problem: Problem, setup: Setup) -> StepChoice:
@@ -332,6 +332,9 @@ class MomentumFamily(_GradientMessages):
 
     def build_rule(self, problem: Problem, setup: Setup, step: StepChoice) -> Rule:
         desc = problem.desc
+        beta = float(step.beta or 0.0)
+        if "L" in step.info and step.gamma > step.info["alpha"]:  # raised by the step search
+            beta = raised_momentum(self.rule, step.info, step.gamma)
         return MomentumLinear(
             self.rule,
             problem.model,
@@ -339,7 +342,7 @@ class MomentumFamily(_GradientMessages):
             num_blocks=desc.num_blocks,
             batch_fraction=setup.batch_fraction,
             alpha=step.gamma,
-            beta=float(step.beta or 0.0),
+            beta=beta,
             momentum_damping=setup.momentum_damping,
         )
 

@@ -22,12 +22,15 @@ blocks, :math:`c_\ell = 1/4` for logistic, 1 for squares, 1/2 for softmax) and
 :math:`\mu = \lambda_2` (the strong convexity the regularizer guarantees). With the penalty on
 the original columns (``penalty_scale`` :math:`s`), :math:`\mu = \lambda_2 \min_j s_j^{-2}`;
 APG applies the rest of the penalty by its prox, while HB and AG take the whole penalty's
-gradient and count :math:`\lambda_2 \max_j s_j^{-2}` in :math:`L`.
+gradient and count :math:`\lambda_2 \max_j s_j^{-2}` in :math:`L`. The step safeguard's search
+may raise the automatic step; the rule is then rebuilt with the momentum of the curvature the
+raised step implies (:func:`raised_momentum`).
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,7 +56,7 @@ from async_spark.optim.sgd import SGDMessage
 
 from .curvature import gram_max_eigenvalue
 
-__all__ = ["MOMENTUM_RULES", "MomentumLinear", "momentum_step"]
+__all__ = ["MOMENTUM_RULES", "MomentumLinear", "momentum_step", "raised_momentum"]
 
 
 class _WeightsL1:
@@ -109,6 +112,24 @@ def momentum_step(
     L = LOSS_CURVATURE[model.loss] * lam + penalty_L
     alpha, beta = momentum_parameters(MOMENTUM_RULES[rule][1], mu, L)
     return alpha, beta, {"L": L, "mu": mu, "kappa": L / mu}
+
+
+def raised_momentum(rule: str, info: Mapping[str, float], gamma: float) -> float:
+    r"""The momentum for a step the safeguard's search raised above the automatic one.
+
+    The automatic :math:`(\alpha_0, \beta_0)` are tuned for the global bound :math:`L`
+    (``info``: what :func:`momentum_step` found). A run that tolerates the step
+    :math:`\gamma > \alpha_0` has, along its path, a curvature of about
+    :math:`L' = L\,\alpha_0/\gamma` (for logistic the bound :math:`\ell'' \le 1/4` is tight only
+    at margin 0), so the momentum is the same tuning's for :math:`(\mu, L')`: for AG,
+    :math:`\alpha = 1/L'` exactly and :math:`\beta = (\sqrt{\kappa'}-1)/(\sqrt{\kappa'}+1)`,
+    :math:`\kappa' = L'/\mu`. Keeping :math:`\beta_0` would give a smaller condition number
+    the momentum of a larger one, and a step the search raises with too much momentum
+    oscillates where the tuned pair converges. A lowered step keeps :math:`\beta_0` (the
+    curvature bound did not change; the step is lowered for noise)."""
+    mu = float(info["mu"])
+    curvature = max(float(info["L"]) * float(info["alpha"]) / gamma, mu)
+    return momentum_parameters(MOMENTUM_RULES[rule][1], mu, curvature)[1]
 
 
 def _largest_l2(model: LinearModel) -> float:

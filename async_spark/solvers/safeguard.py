@@ -21,7 +21,8 @@ computed before the change are not held against the new step. Each change is rec
 run's summary lists them (``step_safeguard``).
 
 **The search upward** (``search=True``: a run whose step came from the data, ``--step auto``,
-for the SGD and SAGA families). The default step comes from bounds that hold everywhere: for
+for the SGD, SAGA and momentum families; a momentum family's rule rebuilt with a raised step
+retunes its momentum too, :func:`~.momentum.raised_momentum`). The default step comes from bounds that hold everywhere: for
 the logistic loss the curvature bound :math:`\ell'' \le 1/4` is tight only at margin 0, and
 once most rows are classified with some margin the step the run tolerates is often 8-30x larger
 (``benchmarks/step_search.py``). One window's sampled losses are too noisy to tell a faster
@@ -340,6 +341,14 @@ class StepSafeguard:
             self._pool, self._pooled = self._zeros(), 0
         ref = pooled.get("reference")
         self._before = None if ref is None else WindowEstimate(float(ref[0]), float(ref[1]))
+        # the open window and the rise test's references (absent in a checkpoint written
+        # before they were kept: the window starts again)
+        window = saved.get("window", {})
+        stats = np.asarray(window.get("stats", []), dtype=np.float64)
+        if stats.shape == self._stats.shape:
+            self._stats, self._seen = stats, int(window.get("results", 0))
+            self._skip = int(window.get("skip", 0))
+        self._recent.extend(WindowEstimate(float(v), float(e)) for v, e in saved.get("recent", []))
         final = float(saved.get("final_step", self.gamma))
         if final == self.gamma:
             return None
@@ -351,10 +360,14 @@ class StepSafeguard:
         self._seen = 0
 
     def summary(self) -> dict[str, Any]:
+        """The safeguard's record and state: what :meth:`restore` continues from, so that a
+        resumed run takes the same decisions at the same updates as one never interrupted."""
         return {
             "final_step": self.gamma,
             "searching": self.search,
             "plateau_windows": self._limit,
+            "window": {"stats": self._stats.tolist(), "results": self._seen, "skip": self._skip},
+            "recent": [[e.value, e.stderr] for e in self._recent],
             "pooled_test": {
                 "stats": self._pool.tolist(),
                 "windows": self._pooled,

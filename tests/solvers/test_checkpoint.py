@@ -43,9 +43,14 @@ def _cfg(out, method="saga", **kw):
     return TrainConfig(**{**base, **kw})
 
 
-@pytest.mark.parametrize("method", ["saga", "sgd", "ag"])
+@pytest.mark.parametrize("method", ["saga", "sgd", "ag", "sgd-auto", "ag-auto"])
 def test_resumed_synchronous_run_ends_with_exactly_the_same_model(tmp_path, cancer, method):
-    extra = {"momentum": 0.5} if method == "ag" else {}
+    """-auto: the safeguard's search raises the step before the cut (AG's momentum retuned with
+    it) and again after it: the resumed run must continue the safeguard's open window and its
+    rise test's references (a resume that started them afresh raised one update late)."""
+    auto = method.endswith("-auto")
+    extra = {"step": "auto"} if auto else {"momentum": 0.5} if method == "ag" else {}
+    method = method.removesuffix("-auto")
     full = train_linear(_cfg(tmp_path / "full", method, max_updates=60, **extra), dataset=cancer)
     train_linear(_cfg(tmp_path / "cut", method, max_updates=30, **extra), dataset=cancer)
     ckpt = load_latest(tmp_path / "cut")
@@ -63,6 +68,16 @@ def test_resumed_synchronous_run_ends_with_exactly_the_same_model(tmp_path, canc
         assert a[key] == b[key], key
     assert a["staleness_histogram"] == b["staleness_histogram"]
     assert [t["version"] for t in full.trace] == versions
+    if auto:
+        raised = [c["update"] for c in full.step_safeguard["changes"] if c["kind"] == "raised"]
+        assert raised[0] < 30 < raised[1], full.step_safeguard  # before the cut and after it
+        decisions = [
+            [(c["kind"], c["update"], c["to"]) for c in r.step_safeguard["changes"]]
+            for r in (full, resumed)
+        ]
+        assert decisions[0] == decisions[1]
+    if auto and method == "ag":
+        assert resumed.momentum["final_beta"] == full.momentum["final_beta"] < full.momentum["beta"]
 
 
 def test_resuming_a_finished_run_makes_no_update(tmp_path, cancer):
