@@ -10,6 +10,7 @@ and the method are the real ones; no Spark, so it counts updates, not seconds):
   the search's decisions with them);
 * ``no search``: the same step with the safeguard off (what the defaults were before the search
   and the halving on plateaus; SGD's step rule is then ``sqrt``);
+* ``no restart`` (``ag``, ``apg``): the defaults without the momentum's gradient restart;
 * ``xK``: K times the default step, fixed (safeguard off, the method's default step rule; a
   momentum method keeps the default's momentum), K in ``--multipliers``.
 
@@ -43,6 +44,7 @@ import peers  # noqa: E402  (the race's datasets, objectives and optima)
 from async_spark.solvers import TrainConfig, train_linear  # noqa: E402
 
 TARGETS = (1e-2, 1e-3, 1e-4)
+RESTARTED = ("ag", "apg")  # synchronous AG/APG restart an automatic momentum (docs/steps.md)
 
 
 def curvature(X: np.ndarray, y: np.ndarray, l2: float) -> dict[str, float]:
@@ -128,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
                 for k, default in enumerate(defaults):
                     row(f"default #{k + 1}", default)
                 row("no search", run(spec, X, y, star, args, step_safeguard=False, **common))
+                if method in RESTARTED:  # the defaults without the momentum's restart
+                    row("no restart", run(spec, X, y, star, args, momentum_restart=False, **common))
                 fixed = []
                 for k in (float(m) for m in args.multipliers.split(",")):
                     beta = defaults[0]["beta"]

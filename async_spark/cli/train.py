@@ -97,6 +97,13 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         default=0.0,
         help="c >= 0: asynchronous momentum uses beta / (1 + c * staleness)",
     )
+    p.add_argument(
+        "--momentum-restart",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="restart the momentum of synchronous ag/apg with an automatic step when the step "
+        "points against it (O'Donoghue & Candes; docs/steps.md)",
+    )
     p.add_argument("--l2", type=parse_float, default=1e-4, help="L2 penalty (l2/2)*||w||^2, >= 0")
     p.add_argument(
         "--l1", type=parse_float, default=0.0, help="L1 penalty l1*||w||_1 on the weights, >= 0"
@@ -281,6 +288,7 @@ def train_configs(args: argparse.Namespace) -> list[Any]:
             ssp=None if method in SYNC_METHODS else args.ssp,
             momentum=args.momentum if method in MOMENTUM_METHODS else None,
             momentum_damping=args.momentum_damping,
+            momentum_restart=args.momentum_restart,
             stragglers=args.stragglers,
             straggler_base=args.straggler_base,
             seed=args.seed,

@@ -73,6 +73,8 @@ class TrainConfig:
     step_rule: str | None = None  # default: constant (saga; sgd with an automatic step), sqrt
     momentum: float | None = None  # beta for hb/ag/apg with an explicit --step
     momentum_damping: float = 0.0  # beta / (1 + c * staleness) for asynchronous momentum
+    # the gradient restart of synchronous ag/apg with an automatic step (solvers.methods)
+    momentum_restart: bool = True
     # the fraction of its block a task samples; None: the method's default (0.1 for SAGA, the
     # whole block for the others: methods.DEFAULT_BATCH_FRACTION)
     batch_fraction: float | None = None
@@ -115,10 +117,9 @@ class TrainConfig:
         check_choice("penalty_on", self.penalty_on, PENALTY_ON)
         if self.step != "auto":
             self.step = check_number("step", self.step)
-        if not isinstance(self.step_safeguard, bool):
-            raise ConfigError(
-                "step_safeguard", f"must be true or false, got {quote(self.step_safeguard)}"
-            )
+        for name in ("step_safeguard", "momentum_restart"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(name, f"must be true or false, got {quote(getattr(self, name))}")
         if self.step_rule is not None:
             check_choice("step_rule", self.step_rule, STEP_RULES)
             if METHODS[self.method].momentum:  # (alpha, beta) are a pair: no schedule for alpha

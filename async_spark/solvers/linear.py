@@ -303,6 +303,7 @@ def _step_and_rule(
         batch_fraction=_fraction(config, row),
         synchronous=row.synchronous,
         max_delay=config.max_delay(desc.num_blocks),
+        momentum_restart=config.momentum_restart,
     )
     # an automatic step that the safeguard halves on plateaus is constant between halvings
     decay = decays(config, row)
@@ -659,8 +660,8 @@ def _result(
     snap = engine.snapshot()
     momentum = {}
     if row.momentum:
-        final_beta = current.rule.beta
-        momentum = {**step.info, "damping": config.momentum_damping, "final_beta": final_beta}
+        ended = {"final_beta": current.rule.beta, "restart": current.rule.restart}
+        momentum = {**step.info, "damping": config.momentum_damping, **ended}
     return TrainResult(
         config=config,
         descriptor=problem.desc,

@@ -79,17 +79,18 @@ class _WeightsL1:
         return np.asarray(self.model.l1 * W.sum(axis=-1))
 
 
-def _apg(model: LinearModel, alpha: float, beta: float) -> UpdateRule:
-    return accelerated_projected_gradient(alpha, beta, _WeightsL1(model))
+def _apg(model: LinearModel, alpha: float, beta: float, restart: bool) -> UpdateRule:
+    return accelerated_projected_gradient(alpha, beta, _WeightsL1(model), restart)
 
 
-#: Momentum rules by name: ``(model, alpha, beta) -> UpdateRule``, the name
+#: Momentum rules by name: ``(model, alpha, beta, restart) -> UpdateRule``, the name
 #: :func:`~async_spark.optim.parameters.momentum_parameters` tunes it as (APG is tuned as AG),
-#: and whether the rule takes the penalty's prox (HB and AG take the whole penalty's gradient).
-MOMENTUM_RULES: dict[str, tuple[Any, str, bool]] = {
-    "hb": (lambda model, a, b: heavy_ball(a, b), "hb", False),
-    "ag": (lambda model, a, b: nesterov(a, b), "ag", False),
-    "apg": (_apg, "ag", True),
+#: whether the rule takes the penalty's prox (HB and AG take the whole penalty's gradient), and
+#: whether it has the gradient restart of O'Donoghue & Candès (the accelerated-gradient forms).
+MOMENTUM_RULES: dict[str, tuple[Any, str, bool, bool]] = {
+    "hb": (lambda model, a, b, restart: heavy_ball(a, b), "hb", False, False),
+    "ag": (lambda model, a, b, restart: nesterov(a, b, restart), "ag", False, True),
+    "apg": (_apg, "ag", True, True),
 }
 
 
@@ -149,6 +150,8 @@ class MomentumLinear:
     alpha, beta : step and momentum
     momentum_damping : c >= 0; a result of staleness tau (carried by the message) uses
         beta / (1 + c * tau)
+    restart : the gradient restart of AG and APG (:func:`~async_spark.optim.momentum.nesterov`);
+        not for HB
     """
 
     rule: str
@@ -159,10 +162,13 @@ class MomentumLinear:
     alpha: float
     beta: float
     momentum_damping: float = 0.0
+    restart: bool = False
 
     def __post_init__(self) -> None:
         if self.rule not in MOMENTUM_RULES:
             raise ValueError(f"rule must be one of {', '.join(MOMENTUM_RULES)}, got {self.rule!r}")
+        if self.restart and not MOMENTUM_RULES[self.rule][3]:
+            raise ValueError(f"restart applies to ag and apg, not {self.rule!r}")
         if not self.momentum_damping >= 0:
             raise ValueError(f"momentum_damping must be >= 0, got {self.momentum_damping!r}")
 
@@ -171,7 +177,7 @@ class MomentumLinear:
         return self._rule_with(self.beta)
 
     def _rule_with(self, beta: float) -> UpdateRule:
-        return MOMENTUM_RULES[self.rule][0](self.model, float(self.alpha), beta)
+        return MOMENTUM_RULES[self.rule][0](self.model, float(self.alpha), beta, self.restart)
 
     def init(self, params: np.ndarray) -> Any:
         return self._fresh.init(params)

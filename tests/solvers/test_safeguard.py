@@ -414,6 +414,7 @@ def test_an_automatic_momentum_step_is_searched_upward_with_the_momentum_retuned
     common = dict(
         data="x", method="ag", loss="softmax", partitions=4, l2=1e-3, quiet=True, max_updates=120
     )
+    common["momentum_restart"] = False  # the search alone (the restart is tested on its own)
     runs = {
         on: train_linear(TrainConfig(step_safeguard=on, **common), dataset=data)
         for on in (True, False)
