@@ -353,8 +353,9 @@ class MomentumFamily(_GradientMessages):
         with an automatic step, synchronously: the automatic beta is tuned for mu = l2 alone,
         which the data's curvature exceeds, and without the restart AG ripples around the
         minimizer (measured in process, dense 10^5 x 20, 2 blocks: 1e-3 in 12 updates against
-        152 without it, whose ripples the safeguard's rise test took for rises; docs/steps.md). Asynchronously a stale block's gradient would decide it: not restarted. An
-        explicit ``--step``/``--momentum`` is the plain method the user asked for, and
+        152 without it, whose ripples the safeguard's rise test took for rises; docs/steps.md).
+        Asynchronously a stale block's gradient would decide it: not restarted. An explicit
+        ``--step``/``--momentum`` is the plain method the user asked for, and
         ``--no-momentum-restart`` turns it off."""
         automatic = setup.synchronous and setup.step == "auto" and setup.momentum_restart
         return MOMENTUM_RULES[self.rule][3] and automatic
