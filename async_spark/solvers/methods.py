@@ -121,8 +121,9 @@ class Family(Protocol):
     """
 
     computation: str
-    #: whether the step safeguard may search upward from an automatic step (see .safeguard;
-    #: a momentum family retunes its momentum with the raised step, see raised_momentum)
+    #: whether the step safeguard may search upward from an automatic step (see .safeguard and
+    #: linear.searches; a momentum family retunes its momentum with the raised step, see
+    #: raised_momentum)
     step_search: bool
     #: whether a constant step leaves the method in a noise ball, so that the safeguard halves
     #: an automatic step on plateaus (not SAGA: its variance-reduced step converges)

@@ -445,3 +445,18 @@ def test_a_raised_momentum_step_gets_the_tuning_of_the_curvature_it_implies():
         raised_momentum("hb", {**info, "alpha": 4 / (L**0.5 + mu**0.5) ** 2}, g) for g in (4, 8, 16)
     ]
     assert betas[0] > betas[1] > betas[2] > 0
+
+
+def test_which_runs_search_their_step_upward():
+    """Every automatic step but L-BFGS's (its line search) and an asynchronous momentum
+    method's (a raised step amplifies its stale momentum); an explicit step never."""
+    from async_spark.solvers import TrainConfig
+    from async_spark.solvers.linear import searches
+    from async_spark.solvers.methods import method
+
+    for name in ("sgd", "asgd", "saga", "asaga", "hb", "ag", "apg", "dcasgd"):
+        assert searches(TrainConfig(method=name), method(name)), name
+    for name in ("ahb", "aag", "aapg", "lbfgs"):
+        assert not searches(TrainConfig(method=name), method(name)), name
+    assert not searches(TrainConfig(method="ag", step=0.1, momentum=0.5), method("ag"))
+    assert not searches(TrainConfig(method="saga", step=0.1), method("saga"))
