@@ -69,8 +69,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="halve the step when the losses the tasks measure on their samples rise, and "
-        "search an automatic step upward while they clearly fall for it (a momentum method's "
-        "momentum retuned with it), and "
+        "search an automatic step upward while they clearly fall for it (a synchronous "
+        "momentum method's momentum retuned with it; not ahb/aag/aapg), and "
         "halve an automatic SGD or momentum step on plateaus (the summary's step_safeguard "
         "lists each change)",
     )
