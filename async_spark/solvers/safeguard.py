@@ -26,8 +26,9 @@ with a raised step retunes its momentum too, :func:`~.momentum.raised_momentum`)
 step comes from bounds that hold everywhere: for the logistic loss the curvature bound
 :math:`\ell'' \le 1/4` is tight only at margin 0, and once most rows are classified with
 some margin the step the run tolerates is often 8-30x larger (``benchmarks/step_search.py``).
-One window's sampled losses are too noisy to tell a faster fall from noise, so the search pools ``patience`` windows, and at least ``pool_rows`` sampled
-rows (the run: as many as the dataset has, whatever the number of blocks), into one estimate, and
+One window's sampled losses are too noisy to tell a faster fall from noise, so the search
+pools ``patience`` windows, and at least ``pool_rows`` sampled rows (the run: as many as the
+dataset has, whatever the number of blocks), into one estimate, and
 
 - when a pooled estimate falls below the previous one by more than ``z_fall`` standard errors
   of the difference, the step is multiplied by ``grow`` (at most ``max_raises`` times);
