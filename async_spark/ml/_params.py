@@ -69,6 +69,8 @@ PARAM_NAMES = {
     "time_budget": "timeBudget",
     "eval_every": "evalEvery",
     "momentum_damping": "momentumDamping",
+    "step_safeguard": "stepSafeguard",
+    "momentum_restart": "momentumRestart",
 }
 
 
@@ -225,6 +227,28 @@ class _AsyncLinearParams(_PredictorParams, HasRegParam, HasElasticNetParam, HasS
         "ignored with stepSize auto (then chosen from (mu, L)).",
         typeConverter=_checked("momentum", _to_float, _unit_interval(closed=False)),
     )
+    momentumDamping: Param[float] = Param(
+        Params._dummy(),
+        "momentumDamping",
+        "c >= 0: asynchronous momentum (ahb/aag/aapg) uses beta / (1 + c * staleness) for a "
+        "stale result (0.0 = undamped).",
+        typeConverter=_checked("momentum_damping", _to_float, _number(strict=False)),
+    )
+    momentumRestart: Param[bool] = Param(
+        Params._dummy(),
+        "momentumRestart",
+        "restart the momentum of synchronous ag/apg with an automatic stepSize when the step "
+        "points against it (O'Donoghue & Candes' gradient scheme; docs/steps.md).",
+        typeConverter=TypeConverters.toBoolean,
+    )
+    stepSafeguard: Param[bool] = Param(
+        Params._dummy(),
+        "stepSafeguard",
+        "halve the step when the losses the tasks measure on their samples rise, search an "
+        "automatic stepSize upward while they clearly fall for it, and halve an automatic SGD or "
+        "momentum step on plateaus (the summary's stepSafeguard lists each change).",
+        typeConverter=TypeConverters.toBoolean,
+    )
     regParam: Param[float] = Param(
         Params._dummy(),
         "regParam",
@@ -341,6 +365,9 @@ class _AsyncLinearParams(_PredictorParams, HasRegParam, HasElasticNetParam, HasS
             method="asaga",
             stepSize=0.0,
             momentum=0.0,
+            momentumDamping=0.0,
+            momentumRestart=True,
+            stepSafeguard=True,
             regParam=0.0,
             elasticNetParam=0.0,
             standardization=True,
@@ -370,6 +397,15 @@ class _AsyncLinearParams(_PredictorParams, HasRegParam, HasElasticNetParam, HasS
 
     def getMomentum(self) -> float:
         return self.getOrDefault(self.momentum)
+
+    def getMomentumDamping(self) -> float:
+        return self.getOrDefault(self.momentumDamping)
+
+    def getMomentumRestart(self) -> bool:
+        return self.getOrDefault(self.momentumRestart)
+
+    def getStepSafeguard(self) -> bool:
+        return self.getOrDefault(self.stepSafeguard)
 
     def getMaxUpdates(self) -> int:
         return self.getOrDefault(self.maxUpdates)
@@ -434,6 +470,9 @@ class _AsyncLinearParams(_PredictorParams, HasRegParam, HasElasticNetParam, HasS
             penalty_on="standardized" if self.getStandardization() else "original",
             step="auto" if step == 0.0 else step,
             momentum=momentum,
+            momentum_damping=self.getMomentumDamping(),
+            momentum_restart=self.getMomentumRestart(),
+            step_safeguard=self.getStepSafeguard(),
             batch_fraction=self.getBatchFraction() or None,
             beta=None if beta == 0.0 else beta,
             tau=None if tau < 0 else tau,
@@ -466,6 +505,15 @@ class _HasSetters(Params):
 
     def setMomentum(self, value: float) -> Any:
         return self._set(momentum=value)
+
+    def setMomentumDamping(self, value: float) -> Any:
+        return self._set(momentumDamping=value)
+
+    def setMomentumRestart(self, value: bool) -> Any:
+        return self._set(momentumRestart=value)
+
+    def setStepSafeguard(self, value: bool) -> Any:
+        return self._set(stepSafeguard=value)
 
     def setRegParam(self, value: float) -> Any:
         return self._set(regParam=value)

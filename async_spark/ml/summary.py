@@ -30,6 +30,14 @@ class AsyncTrainingSummary:
         The step the rule used (after ``auto``).
     stalenessHistogram : dict of int to int
         Accepted results by staleness.
+    stepSafeguard : dict or None
+        The step safeguard's record (``None`` with ``stepSafeguard=False``): ``final_step``,
+        ``raised``, ``lowered`` and ``changes`` (one dict per change: ``kind``, ``why``, ``update``,
+        ``seconds``, ``from`` and ``to``, the windows' objectives).
+    momentum : dict or None
+        A momentum method's (alpha, beta): how they were chosen, ``final_beta`` after the
+        safeguard's retune, and whether the momentum was ``restart``-ed (``None`` for the other
+        methods).
     trace : list of dict
         One record per update (seconds, version, staleness, block, objective or None), as
         ``async-spark train --out`` writes to ``trace.jsonl``.
@@ -78,6 +86,18 @@ class AsyncTrainingSummary:
     def stalenessHistogram(self) -> dict[int, int]:
         """Accepted results by staleness."""
         return {int(k): int(v) for k, v in self._run["staleness_histogram"]}
+
+    @property
+    def stepSafeguard(self) -> dict[str, Any] | None:
+        guard = self._run.get("step_safeguard")
+        if not guard:
+            return None
+        keep = ("final_step", "raised", "lowered", "changes")
+        return {k: guard[k] for k in keep if k in guard}
+
+    @property
+    def momentum(self) -> dict[str, Any] | None:
+        return self._run.get("momentum")
 
     def asDict(self) -> dict[str, Any]:
         """The run summary (the keys of ``summary.json``)."""

@@ -127,6 +127,8 @@ class TrainConfig:
                     "step_rule",
                     f"applies to the methods without momentum, not {escape(str(self.method))}",
                 )
+        # its range for every method: the default 0.0 is the only value the others take
+        check_number("momentum_damping", self.momentum_damping, strict=False)
         self._validate_momentum()
         self._validate_line_search()
         if self.batch_fraction is not None:
@@ -187,7 +189,6 @@ class TrainConfig:
         if self.momentum is not None:
             if check_number("momentum", self.momentum, strict=False) >= 1:
                 raise ConfigError("momentum", f"must be in [0, 1), got {quote(self.momentum)}")
-        check_number("momentum_damping", self.momentum_damping, strict=False)
 
     def _validate_line_search(self) -> None:
         """A method that finds its steps by a line search (lbfgs) on exact rounds takes no step

@@ -378,6 +378,26 @@ def test_a_full_gradient_fit_is_the_same_on_both_transports(assembled):
         est.setTransport("carrier-pigeon")
 
 
+def test_the_step_safeguard_and_the_momentum_restart_are_params(assembled):
+    """stepSafeguard and momentumRestart reach the run (the CLI's --step-safeguard and
+    --momentum-restart): AG with an automatic step restarts and is watched by the safeguard by
+    default, and with both off it neither restarts nor records a safeguard, and so ends at
+    another model; the summary says which."""
+    train, _ = assembled
+    est = AsyncLogisticRegression(method="ag", regParam=0.01, maxUpdates=30, numPartitions=2)
+    default = est.fit(train)
+    assert default.summary.momentum["restart"] is True
+    guard = default.summary.stepSafeguard
+    assert guard is not None and guard["final_step"] > 0
+    assert guard["raised"] + guard["lowered"] == len(guard["changes"])
+    plain = est.copy({est.stepSafeguard: False, est.momentumRestart: False}).fit(train)
+    assert plain.summary.momentum["restart"] is False
+    assert plain.summary.stepSafeguard is None
+    assert plain.summary.momentum["final_beta"] == plain.summary.momentum["beta"]
+    assert plain.summary.totalUpdates == default.summary.totalUpdates == 30
+    assert not np.allclose(plain.coefficients.toArray(), default.coefficients.toArray())
+
+
 def test_a_fit_checks_the_executors_once_per_session(assembled, monkeypatch):
     """Every fit runs the executors' environment check first; a session that passed is not
     probed again (a CrossValidator fits many times); a failed check stops the fit with its fix."""

@@ -76,6 +76,8 @@ SAME_CHECK = [
     ("stragglers", "sometimes", {"stragglers": "sometimes"}),
     ("stragglers", "intensity:-1", {"stragglers": "intensity:-1"}),
     ("evalEvery", 0.0, {"eval_every": 0.0}),
+    ("momentumDamping", -0.5, {"momentum_damping": -0.5}),
+    ("momentumDamping", float("nan"), {"momentum_damping": float("nan")}),
 ]
 
 
@@ -168,6 +170,9 @@ def test_train_config_from_params():
         seed=4,
         evalEvery=0.25,
         showProgress=True,
+        stepSafeguard=False,
+        momentumRestart=False,
+        momentumDamping=0.3,
     )
     cfg = _train_config(lr, "logistic", 3, "/data")
     assert cfg == TrainConfig(
@@ -179,6 +184,9 @@ def test_train_config_from_params():
         l1=0.1 * 0.25,
         step=0.2,
         momentum=0.5,
+        step_safeguard=False,
+        momentum_restart=False,
+        momentum_damping=0.3,
         batch_fraction=0.5,
         partitions=3,
         beta=None,
@@ -194,6 +202,11 @@ def test_train_config_from_params():
     asaga = _train_config(AsyncLinearRegression(beta=0.5, tau=2), "squares", 2, "/d")
     assert (asaga.step, asaga.momentum, asaga.beta, asaga.tau) == ("auto", None, 0.5, 2)
     assert asaga.time_budget is None and asaga.max_updates == 1000 and asaga.quiet
+    assert (asaga.step_safeguard, asaga.momentum_restart, asaga.momentum_damping) == (
+        True,
+        True,
+        0.0,
+    )  # the CLI's defaults
 
 
 @pytest.mark.parametrize(
@@ -205,6 +218,8 @@ def test_train_config_from_params():
         ("seed", "1"),
         ("method", 3),
         ("standardization", 1),
+        ("stepSafeguard", "yes"),
+        ("momentumRestart", 0),
         ("stepSize", [0.1]),
     ],
 )
