@@ -22,7 +22,12 @@ from async_spark.ml import (  # noqa: E402
 
 # Params added since the fixtures were written, with their defaults: an old model or Estimator gets
 # them at their default; every older Param keeps its value and its default.
-ADDED = {"transport": "resident"}
+ADDED = {
+    "transport": "resident",
+    "stepSafeguard": True,
+    "momentumRestart": True,
+    "momentumDamping": 0.0,
+}
 # Defaults changed since: a loaded Estimator keeps the default it was saved with (pyspark restores
 # the saved defaultParamMap: test_an_old_estimator_loads_with_its_params), a new one writes today's.
 # batchFraction 0.1 -> 0.0, "the method's default" (0.1 for SAGA, the whole block for the others).
