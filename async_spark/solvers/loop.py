@@ -171,6 +171,10 @@ def run_updates(
             if rebuilt is not None:  # the step changed
                 current.rule = rebuilt
                 guard.gamma = safeguard.gamma
+                if safeguard.changes[-1]["why"] == "rose":
+                    current.theta, current.state = family.after_rise(
+                        rebuilt, current.theta, current.state
+                    )
         if family.needs_every_block and engine.core.live_blocks < engine.core.num_blocks:
             raise EngineError(_lost_blocks_message(engine))
         msg = messages.accept(result, engine.live_blocks)

@@ -25,11 +25,11 @@ def _full_gradient(X, y, theta, l2):
     return g
 
 
-def test_sync_ag_matches_a_numpy_nesterov_loop(cancer):
+def _sync_ag(cancer, alpha, beta, l2, updates):
+    """Synchronous AG on whole blocks at an explicit step: the run and the data's rows."""
     source, desc = cancer
     blocks = [source.load(p) for p in range(desc.num_blocks)]
     X, y = np.vstack([b.X for b in blocks]), np.concatenate([b.y for b in blocks])
-    alpha, beta, l2 = 0.2, 0.8, 1e-2
     cfg = TrainConfig(
         data="x",
         method="ag",
@@ -38,15 +38,47 @@ def test_sync_ag_matches_a_numpy_nesterov_loop(cancer):
         l2=l2,
         step=alpha,
         momentum=beta,
-        max_updates=40,
+        max_updates=updates,
         quiet=True,
     )
-    result = train_linear(cfg, dataset=cancer)
+    return train_linear(cfg, dataset=cancer), X, y
+
+
+def test_sync_ag_matches_a_numpy_nesterov_loop(cancer):
+    alpha, beta, l2 = 0.2, 0.8, 1e-2
+    result, X, y = _sync_ag(cancer, alpha, beta, l2, 40)
     x = x_prev = np.zeros(X.shape[1] + 1)
     for _ in range(40):
         yk = x + beta * (x - x_prev)
         x_prev, x = x, yk - alpha * _full_gradient(X, y, yk, l2)
     np.testing.assert_allclose(result.theta, x, rtol=0, atol=1e-10)
+
+
+def test_a_rise_lowers_the_step_and_restarts_the_momentum(cancer):
+    """AG at a step and momentum too large for the data: the safeguard sees the objective rise,
+    halves the step and drops the momentum (O'Donoghue & Candès's function-value restart). The
+    run is the numpy Nesterov loop with, at the change, the step halved and a fresh start from the
+    look-ahead point the round's gradient was computed at; without the restart the loop ends
+    elsewhere."""
+    alpha, beta, l2, n = 0.6, 0.95, 1e-2, 60
+    result, X, y = _sync_ag(cancer, alpha, beta, l2, n)
+    (change,) = result.step_safeguard["changes"]
+    assert change["why"] == "rose" and change["to"] == alpha / 2
+
+    def nesterov(restart: bool) -> np.ndarray:
+        x = x_prev = np.zeros(X.shape[1] + 1)
+        a = alpha
+        for k in range(n):
+            yk = x + beta * (x - x_prev)
+            if k == change["update"]:
+                a /= 2
+                if restart:
+                    x = yk  # AG started afresh at yk: no extrapolation from the old iterate
+            x_prev, x = x, yk - a * _full_gradient(X, y, yk, l2)
+        return x
+
+    np.testing.assert_allclose(result.theta, nesterov(restart=True), rtol=0, atol=1e-10)
+    assert np.abs(result.theta - nesterov(restart=False)).max() > 1e-3
 
 
 def test_momentum_needs_fewer_updates_than_sgd_when_ill_conditioned(cancer):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -460,3 +462,71 @@ def test_which_runs_search_their_step_upward():
         assert not searches(TrainConfig(method=name), method(name)), name
     assert not searches(TrainConfig(method="ag", step=0.1, momentum=0.5), method("ag"))
     assert not searches(TrainConfig(method="saga", step=0.1), method("saga"))
+
+
+def _blocks_in_turns(guard, means, turns, rng, rows=50, spread=1e-4):
+    """Feed results whose block follows ``turns`` (cycled) and whose sampled losses have the mean
+    ``means[k][block]`` at result ``k``; the rebuilt steps, in order."""
+    built = []
+    for k, level in enumerate(means):
+        block = turns[k % len(turns)]
+        stats = loss_stats(rng.normal(level[block], spread, rows))
+        out = guard.observe(stats, np.zeros(1), k, 0.0, block)
+        if out is not None:
+            built.append(out[1])
+    return built
+
+
+# windows of 4 results: three of block 0 then one, then one of block 0 and three of block 1
+_UNEVEN_TURNS = [0, 0, 0, 1, 0, 1, 1, 1]
+
+
+def test_which_blocks_answered_in_a_window_is_not_a_rise():
+    """Two blocks fitted to different losses (1.00 and 1.03), steady: windows that hold the two
+    in turns 3:1 and 1:3 have plain means 1.0075 and 1.0225, 1.5 % apart, above the 1 % margin
+    and far above the noise. Compared block by block, nothing rose."""
+    steady = [(1.0, 1.03)] * 400
+    blockwise, _ = _guard(block_rows=(50, 50), grace=0)
+    assert _blocks_in_turns(blockwise, steady, _UNEVEN_TURNS, np.random.default_rng(20)) == []
+    plain, _ = _guard(grace=0)  # one stratum: the plain means, which the turns fool
+    assert _blocks_in_turns(plain, steady, _UNEVEN_TURNS, np.random.default_rng(20)) != []
+
+
+def test_a_rise_of_the_blocks_is_seen_whatever_their_turns():
+    """Both blocks' losses up by 20 % (a step too large): lowered once, then the grace."""
+    levels = [(1.0, 1.03)] * 40 + [(1.2, 1.236)] * 8
+    guard, _ = _guard(block_rows=(50, 50), grace=0)
+    assert _blocks_in_turns(guard, levels, _UNEVEN_TURNS, np.random.default_rng(21)) == [0.5]
+    (change,) = guard.changes
+    assert change["why"] == "rose"
+    assert change["window_objective"] == pytest.approx(1.2 * change["best_objective"], rel=0.02)
+
+
+def test_a_window_without_a_block_is_compared_on_the_blocks_it_has():
+    """A straggler (block 1) missing from the newer windows: a rise of block 0 alone is seen
+    against the windows that hold both; the straggler's higher loss does not mask it."""
+    guard, _ = _guard(block_rows=(50, 50), grace=0)
+    rng = np.random.default_rng(22)
+    assert _blocks_in_turns(guard, [(1.0, 2.0)] * 16, [0, 1], rng) == []
+    assert _blocks_in_turns(guard, [(1.3, 2.0)] * 4, [0], rng) == [0.5]
+    (change,) = guard.changes
+    assert change["window_objective"] == pytest.approx(1.3, rel=1e-3)
+    assert change["best_objective"] == pytest.approx(1.0, rel=1e-3)
+
+
+def test_the_rise_tests_references_are_checkpointed_block_by_block():
+    """A resumed safeguard compares its next window with the same recent windows; a checkpoint
+    of before the blockwise test (pairs of value and stderr) restores none of them."""
+    levels = [(1.0, 1.03)] * 16
+    guard, built = _guard(block_rows=(50, 50), grace=0)
+    _blocks_in_turns(guard, levels, [0, 1], np.random.default_rng(23))
+    saved = guard.summary()
+    assert len(saved["recent"]) == 4 and np.shape(saved["recent"][0]["stats"]) == (2, 3)
+    again, rebuilt = _guard(block_rows=(50, 50), grace=0)
+    again.restore(json.loads(json.dumps(saved)))
+    for g in (guard, again):
+        _blocks_in_turns(g, [(1.3, 1.339)] * 4, [0, 1], np.random.default_rng(24))
+    assert built == rebuilt == [0.5]
+    old, _ = _guard(block_rows=(50, 50), grace=0)
+    old.restore({**saved, "recent": [[1.0, 1e-5]] * 4})
+    assert _blocks_in_turns(old, [(1.3, 1.339)] * 4, [0, 1], np.random.default_rng(24)) == []
