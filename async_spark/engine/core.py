@@ -17,10 +17,9 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Sequence
 from enum import Enum
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -46,9 +45,11 @@ class TaskStatus(str, Enum):
     CANCELLED = "cancelled"
 
 
-@dataclass(frozen=True)
-class TaskTicket:
-    """One dispatched task: which block, which model version it reads, its ids."""
+class TaskTicket(NamedTuple):
+    """One dispatched task: which block, which model version it reads, its ids.
+
+    (A named tuple, not a dataclass: one is made for every task, and the driver's time per
+    result is the resident transport's limit.)"""
 
     block: int
     version: int
@@ -57,8 +58,7 @@ class TaskTicket:
     retry: bool  # a re-dispatch after a failure
 
 
-@dataclass(frozen=True)
-class Decision:
+class Decision(NamedTuple):
     """What the core decided about a finished task."""
 
     ticket: TaskTicket
@@ -228,6 +228,8 @@ class SchedulerCore:
 
     def next_retry_due(self) -> float | None:
         """Clock time of the earliest pending retry, or None."""
+        if not self._failed:  # read on every result: no lock for the common case
+            return None
         with self._lock:
             due = [self._blocks[i].retry_at for i in self._failed]
             return min(due) if due else None
@@ -236,26 +238,36 @@ class SchedulerCore:
     def next_dispatches(self) -> list[TaskTicket]:
         """Blocks that get a task now, marked running; the caller must submit every ticket."""
         with self._lock:
-            now = self._clock()
+            if not self._idle and not self._failed:
+                return []  # every live block is running (the usual case after a result)
             # Least recently dispatched first, so no block starves when slots are fewer than blocks.
             slowest = 0
             if self.policy.uses_clocks and self._live_clocks:
                 slowest = min(self._live_clocks)
             limit = self.policy.clock_limit(slowest)
-            candidates: Iterable[int] = self._idle
+            candidates: Collection[int] = self._idle
             if limit is not None:  # blocks held back by SSP wait: leave them out, unsorted
                 candidates = [
                     i for c, ids in self._idle_by_clock.items() if c <= limit for i in ids
                 ]
-            idle = sorted(candidates, key=lambda i: self._blocks[i].last_dispatch)
-            retry_due = sorted(i for i in self._failed if self._blocks[i].retry_at <= now)
-            # Retries bypass the barrier: a synchronous round waits for the failed block's result,
-            # so holding its retry until the whole round is idle would never finish the round.
-            retries = retry_due[: max(0, self.max_in_flight - self.in_flight)]
+            blocks = self._blocks
+            if len(candidates) > 1:
+                idle = sorted(candidates, key=lambda i: blocks[i].last_dispatch)
+            else:
+                idle = list(candidates)
+            in_flight = len(self._by_task)
+            retries: list[int] = []
+            if self._failed:
+                now = self._clock()
+                retry_due = sorted(i for i in self._failed if blocks[i].retry_at <= now)
+                # Retries bypass the barrier: a synchronous round waits for the failed block's
+                # result, so holding its retry until the whole round is idle would never finish
+                # the round.
+                retries = retry_due[: max(0, self.max_in_flight - in_flight)]
             chosen = self.policy.select(
                 idle,
                 live_blocks=self.live_blocks,
-                running=self.in_flight + len(retries),
+                running=in_flight + len(retries),
                 clocks=_Clocks(self._blocks),
                 slowest_clock=slowest,
                 max_in_flight=self.max_in_flight,
@@ -267,13 +279,7 @@ class SchedulerCore:
 
     def _dispatch(self, block: int, retry: bool) -> TaskTicket:
         b = self._blocks[block]
-        ticket = TaskTicket(
-            block=block,
-            version=self.version,
-            task_id=self._next_task_id,
-            block_task=b.tasks,
-            retry=retry,
-        )
+        ticket = TaskTicket(block, self.version, self._next_task_id, b.tasks, retry)
         self._next_task_id += 1
         b.tasks += 1
         b.last_dispatch = ticket.task_id
@@ -374,7 +380,7 @@ class SchedulerCore:
                     delay = min(self.backoff * 2 ** (b.failures_in_row - 1), self.backoff_max)
                     b.retry_at = self._clock() + delay
                     self._set_status(block, BlockStatus.FAILED)
-            return Decision(ticket=ticket, status=status, staleness=staleness, accepted=accepted)
+            return Decision(ticket, status, staleness, accepted)
 
     def _tick(self, b: _Block) -> None:
         """One more finished task for a live block (its SSP clock)."""

@@ -95,15 +95,17 @@ class HistoryStore:
                 handle = self._publisher.create(self._models[version])
                 self._handles[version] = handle
                 self.created += 1
-            self._refs[version] += 1
+            self._refs[version] = self._refs.get(version, 0) + 1
             return handle
 
     def release(self, version: int) -> None:
         with self._lock:
-            if self._refs[version] <= 0:
+            refs = self._refs.get(version, 0)
+            if refs <= 0:
                 raise ValueError(f"release of version {version} without acquire")
-            self._refs[version] -= 1
-            self._collect_locked(version)
+            self._refs[version] = refs - 1
+            if refs == 1:
+                self._collect_locked(version)
 
     def pin(self, version: int) -> None:
         """Keep ``version`` (model and handle) until :meth:`unpin`."""
@@ -120,7 +122,8 @@ class HistoryStore:
             self._collect_locked(version)
 
     def _collect_locked(self, version: int) -> None:
-        if version == self.current or self._refs[version] > 0 or self._pins[version] > 0:
+        # (dict.get: a Counter's missing key costs a Python-level __missing__ call)
+        if version == self.current or self._refs.get(version, 0) > 0 or self._pins.get(version, 0):
             return
         self._refs.pop(version, None)
         self._pins.pop(version, None)

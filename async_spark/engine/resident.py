@@ -72,6 +72,7 @@ from .wire import (
     UnsupportedValue,
     WireError,
     encode_frame,
+    frame_size,
     send_frame,
     server_handshake,
     set_nodelay,
@@ -342,7 +343,10 @@ class ResidentTransport(Transport):
         self.keep_tables = bool(keep_tables)
         self.handshake_timeout = 10.0
 
-        self._lock = threading.Condition()
+        # One lock for the transport's tables; the hot paths (a ticket out, a result in) take
+        # it directly, not through the Condition's Python-level __enter__.
+        self._mutex = threading.RLock()
+        self._lock = threading.Condition(self._mutex)
         self._owners: dict[int, _Conn] = {}
         self._conns: set[_Conn] = set()
         self._where: dict[int, _Conn | None] = {}  # task id -> its connection (None: pending)
@@ -716,12 +720,10 @@ class ResidentTransport(Transport):
         if self._closed:
             raise RuntimeError("transport is closed")
         t0 = time.monotonic()
-        with self._lock:
-            if self._fatal is not None:
-                fatal = self._fatal
-                conn = None
-            else:
-                fatal = None
+        with self._mutex:
+            fatal = self._fatal
+            conn = None
+            if fatal is None:
                 conn = self._owners.get(ticket.block)
                 if conn is None:
                     self._pending.setdefault(ticket.block, deque()).append((ticket, call, t0))
@@ -729,10 +731,9 @@ class ResidentTransport(Transport):
                     return
                 self._where[ticket.task_id] = conn
                 conn.in_flight[ticket.task_id] = (ticket, t0)
-        if fatal is not None:
+        if conn is None:  # the transport failed as a whole
             self._emit(ticket, TaskStatus.FAILED, None, t0, fatal)
             return
-        assert conn is not None
         try:
             self._send_ticket(conn, ticket, call)
         except UnsupportedValue:
@@ -755,23 +756,21 @@ class ResidentTransport(Transport):
                 fields["base"] = base
             args, table = self._table_part(conn, ticket, call.args, fields)
             parts = encode_frame("ticket", fields, (part, args, table))
-            size = sum(len(p) for p in parts)
-            self._hold(conn, version, model, mode, size)
+            size = frame_size(parts)
             corked = getattr(self._corked, "frames", None)
             if corked is not None and size <= _CORK_BELOW:
+                self._hold(conn, version, model, mode, size, writes=0)
                 # joined now: the frame must not change if the caller reuses its arrays
                 corked.setdefault(conn, []).append(b"".join(parts))
                 return
+            self._hold(conn, version, model, mode, size, writes=1)
             try:
-                send_frame(conn.sock, parts)
+                send_frame(conn.sock, parts, size)
                 conn.last_sent = time.monotonic()
+                return
             except OSError as exc:
-                send_error: OSError | None = exc
-            else:
-                send_error = None
-                self._count_write()
-        if send_error is not None:
-            self._drop(conn, f"send failed: {send_error}")
+                send_error = exc
+        self._drop(conn, f"send failed: {send_error}")
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
@@ -792,7 +791,7 @@ class ResidentTransport(Transport):
                     self._count_write()
 
     def _count_write(self) -> None:
-        with self._lock:
+        with self._mutex:
             self._ticket_writes += 1
 
     def _table_part(
@@ -803,7 +802,7 @@ class ResidentTransport(Transport):
         i = held_field(args)
         if i is None:
             return args, None
-        with self._lock:
+        with self._mutex:
             instruction, table = conn.tables.instruct(
                 ticket.task_id, ticket.block, ticket.block_task, i, args[i]
             )
@@ -814,7 +813,7 @@ class ResidentTransport(Transport):
     def _model_part(self, conn: _Conn, version: int, model: Any) -> tuple[str, int | None, Any]:
         """How ``version`` travels to this worker: ``held`` (it has it), a ``delta`` against the
         newest version it holds (when smaller), or in ``full``."""
-        with self._lock:
+        with self._mutex:
             if version in conn.held:
                 return "held", None, None
             base_version = next(reversed(conn.held)) if conn.held else None
@@ -835,12 +834,15 @@ class ResidentTransport(Transport):
                     return "delta", base_version, delta
         return "full", None, model
 
-    def _hold(self, conn: _Conn, version: int, model: Any, mode: str, size: int) -> None:
+    def _hold(
+        self, conn: _Conn, version: int, model: Any, mode: str, size: int, writes: int
+    ) -> None:
         """Record that the worker now holds ``version`` (the same rule as its own store), and
-        count the ticket's ``size`` in bytes."""
-        with self._lock:
+        count the ticket's ``size`` in bytes and the socket ``writes`` it takes (0 or 1)."""
+        with self._mutex:
             self._counts[mode] += 1
             self._ticket_bytes += size
+            self._ticket_writes += writes
             if conn.closed:
                 return
             if mode == "held":
@@ -855,7 +857,7 @@ class ResidentTransport(Transport):
                     if isinstance(model, np.ndarray) and model.size >= _DELTA_MIN_SIZE
                     else None
                 )
-            self._copy_refs[version] += 1
+            self._copy_refs[version] = self._copy_refs.get(version, 0) + 1
             while len(conn.held) > self.max_versions:
                 old, _ = conn.held.popitem(last=False)
                 self._unref_copy(old)
@@ -1064,21 +1066,27 @@ class ResidentTransport(Transport):
             return
         if frames:
             conn.last_seen = time.monotonic()
-        for frame in frames:
-            if not self._handle(conn, frame):
-                return
+            for frame in frames:
+                try:
+                    self._on_frame(conn, frame.kind, frame.fields, frame.payload)
+                except WireError as exc:
+                    self._refuse(conn, exc)
+                    return
 
     def _handle(self, conn: _Conn, frame: Frame) -> bool:
         try:
             self._on_frame(conn, frame.kind, frame.fields, frame.payload)
             return True
         except WireError as exc:
-            reason = f"{type(exc).__name__}: {exc}"
-            log.warning(
-                "resident transport: closed connection from %s (%s): %s", conn.peer, conn, reason
-            )
-            self._drop(conn, reason)
+            self._refuse(conn, exc)
             return False
+
+    def _refuse(self, conn: _Conn, exc: WireError) -> None:
+        reason = f"{type(exc).__name__}: {exc}"
+        log.warning(
+            "resident transport: closed connection from %s (%s): %s", conn.peer, conn, reason
+        )
+        self._drop(conn, reason)
 
     def _register(
         self, sock: socket.socket, peer: str, kind: str, f: dict[str, Any], reader: FrameReader
@@ -1132,7 +1140,7 @@ class ResidentTransport(Transport):
         task_id = f.get("id")
         if type(task_id) is not int or kind not in ("result", "error", "cancelled"):
             raise BadHeader(f"unexpected message {kind!r}")
-        with self._lock:
+        with self._mutex:
             conn.tables.on_reply(kind, task_id)  # before the outcome: a next ticket reads it
             if self._where.get(task_id) is conn:
                 del self._where[task_id]

@@ -6,7 +6,6 @@ transport (the engine hands it accepted results, whichever way the tasks ran).
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -163,7 +162,7 @@ def run_updates(
     for result in _results(engine, gamma):
         payload, losses = result.payload
         if not family.reads_losses:
-            result = dataclasses.replace(result, payload=payload)
+            result = result._replace(payload=payload)
         if safeguard is not None:
             rebuilt = safeguard.observe(
                 losses, current.theta, updates, engine.elapsed(), result.block

@@ -45,27 +45,34 @@ class InstantTransport(LocalTransport):
         super().__init__()
         self.batches: list[list[int]] = []  # the versions the tickets of each batch() read
         self._batch: list[int] | None = None
+        self.batched = 0  # batch() contexts entered
 
     def start(self, num_blocks, slots, run_name, *, task_fn=None) -> None:
         self.run_name = run_name
 
     @contextlib.contextmanager
     def batch(self):
+        self.batched += 1
         self._batch = []
         yield
         self.batches.append(self._batch)
         self._batch = None
 
     def submit(self, ticket, call) -> None:
-        assert self._batch is not None, "the engine submits inside batch()"
-        self._batch.append(ticket.version)
+        if self._batch is None:  # a lone ticket goes straight to submit: a batch of its own
+            self.batches.append([ticket.version])
+        else:
+            self._batch.append(ticket.version)
         reports = call(iter([ticket.block]))
         self.outcomes.put(Outcome(ticket, TaskStatus.OK, reports[0], 0.0))
 
 
 def _batches(policy, publish_every: int, results: int) -> list[list[int]]:
     """The versions the tickets of each batch() read, over ``results`` results of 4 blocks."""
-    transport = InstantTransport()
+    return _batches_on(InstantTransport(), policy, publish_every, results)
+
+
+def _batches_on(transport, policy, publish_every: int, results: int) -> list[list[int]]:
     task = lambda block, model, args: float(model)  # noqa: E731
     with AsyncEngine(transport, task, num_blocks=4, policy=policy, initial_model=0.0) as eng:
         for n, _ in enumerate(eng.results(), start=1):
@@ -79,9 +86,13 @@ def _batches(policy, publish_every: int, results: int) -> list[list[int]]:
 def test_the_tickets_of_one_dispatch_go_to_the_transport_in_one_batch():
     """A synchronous round's 4 tickets are submitted inside one ``batch()`` (the resident
     transport then joins a worker's tickets into one write); an asynchronous run dispatches
-    each block as its result is taken, reading the version published just before."""
+    each block as its result is taken, reading the version published just before (a lone
+    ticket is submitted without a batch)."""
     assert _batches(Policy.sync(), 4, 12) == [[0] * 4, [1] * 4, [2] * 4]
     assert _batches(Policy.asynchronous(), 1, 6) == [[0] * 4, [1], [2], [3], [4], [5]]
+    with_batch = InstantTransport()
+    _batches_on(with_batch, Policy.asynchronous(), 1, 6)
+    assert with_batch.batched == 1  # the first dispatch (4 blocks); every other went alone
 
 
 def test_every_block_failing_raises_with_the_last_error():
