@@ -99,21 +99,34 @@ def _dumps(header: dict[str, Any]) -> bytes:
     return _ENCODER.encode(header).encode()
 
 
-if _C_ENCODER is not None:
-    _encode_chunks = _C_ENCODER(
-        None,  # no circularity markers (check_circular=False)
-        _ENCODER.default,
-        json.encoder.encode_basestring_ascii,
-        None,
-        ":",
-        ",",
-        False,
-        False,
-        True,
-    )
+def _c_dumps() -> Any:
+    """The C encoder's fast path, or None where this Python has none (or another signature):
+    it must write exactly what :data:`_ENCODER` writes."""
+    if _C_ENCODER is None:
+        return None
+    try:
+        chunks = _C_ENCODER(
+            None,  # no circularity markers (check_circular=False)
+            _ENCODER.default,
+            json.encoder.encode_basestring_ascii,
+            None,
+            ":",
+            ",",
+            False,
+            False,
+            True,
+        )
 
-    def _dumps(header: dict[str, Any]) -> bytes:  # noqa: F811 (the C encoder's fast path)
-        return "".join(_encode_chunks(header, 0)).encode()
+        def dumps(header: dict[str, Any]) -> bytes:
+            return "".join(chunks(header, 0)).encode()
+
+        probe = {"k": "é", "f": {"x": [0.1, -2, None, True, 1e300]}}
+        return dumps if dumps(probe) == _dumps(probe) else None
+    except Exception:  # noqa: BLE001 (any surprise: keep the json module's own path)
+        return None
+
+
+_dumps = _c_dumps() or _dumps
 
 
 def _loads(head: bytes | bytearray) -> Any:
