@@ -253,7 +253,27 @@ BAD_FRAMES = [
         wire.BadHeader,
         "not valid JSON",
     ),
+    # exactly one JSON value, as the encoder writes it: nothing before it, nothing after it
+    (wire.PREFIX.pack(wire.MAGIC, 12, 0) + b'{"k":"x"}{}x', wire.BadHeader, "extra data"),
+    (wire.PREFIX.pack(wire.MAGIC, 10, 0) + b' {"k":"x"}', wire.BadHeader, "not valid JSON"),
+    (wire.PREFIX.pack(wire.MAGIC, 0, 0), wire.BadHeader, "not valid JSON"),
 ]
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        {"k": "ticket", "f": {"id": 7, "b": 0, "v": 3, "m": "full"}, "a": [["float64", [100]]]},
+        {"k": 'é\u2028\n"', "f": {"x": [0.1, -2, None, True, False, 1e300, 5e-324, -0.0]}},
+        {"k": "x", "f": {"nan": float("nan"), "inf": [float("inf"), float("-inf")]}},
+        {"k": "x", "p": {"t": [{"a": 0}, None, {"d": {"": 2**70}}]}},
+    ],
+)
+def test_header_encoding_is_the_json_modules(header):
+    """The C encoder made once writes byte for byte what ``json`` writes, and reads back."""
+    head = wire._dumps(header)
+    assert head == json.dumps(header, separators=(",", ":")).encode()
+    assert json.dumps(wire._loads(head)) == json.dumps(header)
 
 
 @pytest.mark.parametrize("raw, error, match", BAD_FRAMES)
