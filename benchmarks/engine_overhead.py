@@ -332,7 +332,9 @@ def connect_resident(args, table: dict[int, dict[str, list[float]]], seconds, re
     return medians[100] / statistics.median(table[100]["resident"])
 
 
-def profile_driver(spark, blocks: int, seconds: float, dim: int = 100, top: int = 25) -> None:
+def profile_driver(
+    spark, blocks: int, seconds: float, dim: int = 100, top: int = 25, repeats: int = 1
+) -> None:
     """Where the resident transport's driver CPU goes: a cProfile of the engine's thread (which
     also reads the workers' sockets; the transport's accept and heartbeat threads wake only for
     connections and heartbeats) during the no-op run at ``dim``, after a warm-up run. The
@@ -343,8 +345,18 @@ def profile_driver(spark, blocks: int, seconds: float, dim: int = 100, top: int 
 
     models = [np.random.default_rng(dim).standard_normal(dim) for _ in range(8)]
     run_transport(lambda: ResidentTransport(spark), blocks, seconds, models)  # warm
-    rate, us = run_transport(lambda: ResidentTransport(spark), blocks, seconds, models)
-    print(f"unprofiled: {rate:.0f} results/s, driver CPU {us:.0f} us per result (d={dim})")
+    runs = [run_transport(lambda: ResidentTransport(spark), blocks, seconds, models)]
+    runs += [
+        run_transport(lambda: ResidentTransport(spark), blocks, seconds, models)
+        for _ in range(repeats - 1)
+    ]
+    for rate, us in runs:
+        print(f"unprofiled: {rate:.0f} results/s, driver CPU {us:.0f} us per result (d={dim})")
+    if repeats > 1:
+        print(
+            f"unprofiled median of {repeats} runs ({blocks} blocks): driver CPU "
+            f"{statistics.median(us for _, us in runs):.0f} us per result"
+        )
     profile = cProfile.Profile()
 
     def timed(begin: bool) -> None:  # profile the timed results only, not start and close
@@ -382,6 +394,12 @@ def main(argv: list[str] | None = None) -> float:
     ap.add_argument(
         "--no-connect", action="store_true", help="skip the Spark Connect session's row"
     )
+    ap.add_argument(
+        "--pin-driver",
+        action="store_true",
+        help="(Linux, 2+ cores) the driver's thread on core 0, the JVM and its Python workers on "
+        "core 1, as a driver with a machine of its own",
+    )
     args = ap.parse_args(argv)
     if args.core_only:
         _print_core_scaling(5_000 if args.quick else 20_000)
@@ -390,13 +408,18 @@ def main(argv: list[str] | None = None) -> float:
     repeats = args.repeats or (1 if args.smoke else 3)
     scale = 0.1 if args.smoke else 0.25 if args.quick else 1.0  # of the no-Spark loops
 
+    if args.pin_driver:  # the JVM starts from this thread: it and its workers inherit core 1
+        os.sched_setaffinity(0, {1})
     spark = build_session(
         args.master, app_name="engine-overhead", conf={"spark.ui.enabled": "false"}
     )
+    if args.pin_driver:
+        os.sched_setaffinity(0, {0})  # this thread only; the engine's loop runs in it
+        print("driver thread pinned to core 0; the JVM and its Python workers to core 1")
     sc = spark.sparkContext
     if args.profile_driver:
         try:
-            profile_driver(spark, args.threads, seconds)
+            profile_driver(spark, args.threads, seconds, repeats=args.repeats or 1)
         finally:
             spark.stop()
         return float("nan")
