@@ -377,7 +377,10 @@ def _decode_arrays(descriptors: Any, body: bytearray) -> list[np.ndarray]:
                 f"{len(body)}"
             )
         if nbytes:
-            arr = np.frombuffer(body, dtype=dtype, count=count, offset=offset).reshape(tuple(shape))
+            # (positional arguments, and no reshape of a vector: a result's one array costs half)
+            arr = np.frombuffer(body, dtype, count, offset)
+            if len(shape) != 1:
+                arr = arr.reshape(tuple(shape))
         else:
             arr = np.empty(tuple(shape), dtype=dtype)
         out.append(arr)
