@@ -345,10 +345,9 @@ def profile_driver(
 
     models = [np.random.default_rng(dim).standard_normal(dim) for _ in range(8)]
     run_transport(lambda: ResidentTransport(spark), blocks, seconds, models)  # warm
-    runs = [run_transport(lambda: ResidentTransport(spark), blocks, seconds, models)]
-    runs += [
+    runs = [
         run_transport(lambda: ResidentTransport(spark), blocks, seconds, models)
-        for _ in range(repeats - 1)
+        for _ in range(repeats)
     ]
     for rate, us in runs:
         print(f"unprofiled: {rate:.0f} results/s, driver CPU {us:.0f} us per result (d={dim})")

@@ -1066,27 +1066,21 @@ class ResidentTransport(Transport):
             return
         if frames:
             conn.last_seen = time.monotonic()
-            for frame in frames:
-                try:
-                    self._on_frame(conn, frame.kind, frame.fields, frame.payload)
-                except WireError as exc:
-                    self._refuse(conn, exc)
-                    return
+        for frame in frames:
+            if not self._handle(conn, frame):
+                return
 
     def _handle(self, conn: _Conn, frame: Frame) -> bool:
         try:
             self._on_frame(conn, frame.kind, frame.fields, frame.payload)
             return True
         except WireError as exc:
-            self._refuse(conn, exc)
+            reason = f"{type(exc).__name__}: {exc}"
+            log.warning(
+                "resident transport: closed connection from %s (%s): %s", conn.peer, conn, reason
+            )
+            self._drop(conn, reason)
             return False
-
-    def _refuse(self, conn: _Conn, exc: WireError) -> None:
-        reason = f"{type(exc).__name__}: {exc}"
-        log.warning(
-            "resident transport: closed connection from %s (%s): %s", conn.peer, conn, reason
-        )
-        self._drop(conn, reason)
 
     def _register(
         self, sock: socket.socket, peer: str, kind: str, f: dict[str, Any], reader: FrameReader

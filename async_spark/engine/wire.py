@@ -32,6 +32,7 @@ import hashlib
 import hmac
 import json
 import keyword
+import math
 import os
 import socket
 import struct
@@ -95,7 +96,7 @@ _C_ENCODER = getattr(json.encoder, "c_make_encoder", None)
 _SCAN = _DECODER.scan_once  # type: ignore[attr-defined]
 
 
-def _dumps(header: dict[str, Any]) -> bytes:
+def _json_dumps(header: dict[str, Any]) -> bytes:
     return _ENCODER.encode(header).encode()
 
 
@@ -121,12 +122,12 @@ def _c_dumps() -> Any:
             return "".join(chunks(header, 0)).encode()
 
         probe = {"k": "é", "f": {"x": [0.1, -2, None, True, 1e300]}}
-        return dumps if dumps(probe) == _dumps(probe) else None
+        return dumps if dumps(probe) == _json_dumps(probe) else None
     except Exception:  # noqa: BLE001 (any surprise: keep the json module's own path)
         return None
 
 
-_dumps = _c_dumps() or _dumps
+_dumps = _c_dumps() or _json_dumps
 
 
 def _loads(head: bytes | bytearray) -> Any:
@@ -202,18 +203,15 @@ def _encode_value(value: Any, arrays: list[np.ndarray], depth: int) -> Any:
     kind = type(value)
     if kind in _PLAIN:
         return value
-    if kind is np.ndarray and len(arrays) < MAX_ARRAYS:
+    if isinstance(value, np.ndarray):  # before the tuple: a model or a payload's arrays
+        if len(arrays) >= MAX_ARRAYS:
+            raise UnsupportedValue(f"a payload may hold at most {MAX_ARRAYS} arrays")
         arrays.append(_wire_array(value))
         return {"a": len(arrays) - 1}
     if kind is tuple and depth < MAX_DEPTH:
         return {"t": [_encode_value(v, arrays, depth + 1) for v in value]}
     if value is None or isinstance(value, bool | int | float | str):
         return value
-    if isinstance(value, np.ndarray):
-        if len(arrays) >= MAX_ARRAYS:
-            raise UnsupportedValue(f"a payload may hold at most {MAX_ARRAYS} arrays")
-        arrays.append(_wire_array(value))
-        return {"a": len(arrays) - 1}
     if isinstance(value, np.generic):
         if isinstance(value, np.bool_):
             return bool(value)
@@ -360,15 +358,13 @@ def _decode_arrays(descriptors: Any, body: bytearray) -> list[np.ndarray]:
         dtype = DTYPES.get(name) if type(name) is str else None
         if dtype is None:
             raise BadDtype(f"unknown dtype {str(name)[:40]!r}; allowed: {', '.join(DTYPES)}")
-        if type(shape) is not list or len(shape) > MAX_NDIM:
+        if (
+            not isinstance(shape, list)
+            or len(shape) > MAX_NDIM
+            or not all(type(n) is int and n >= 0 for n in shape)
+        ):
             raise BadShape(f"bad shape {str(shape)[:80]}: a list of at most {MAX_NDIM} ints >= 0")
-        count = 1
-        for n in shape:
-            if type(n) is not int or n < 0:
-                raise BadShape(
-                    f"bad shape {str(shape)[:80]}: a list of at most {MAX_NDIM} ints >= 0"
-                )
-            count *= n
+        count = math.prod(shape)
         nbytes = count * dtype.itemsize
         end = offset + nbytes
         if end > len(body):
@@ -458,9 +454,7 @@ class FrameReader:
         self.max_body_bytes = max_body_bytes
         self.chunk = chunk
         self._buf = bytearray()
-        self._head: bytes | bytearray | None = (
-            None  # the header of the frame whose body is being received
-        )
+        self._head: bytes | bytearray | None = None  # header of the frame being received
         self._body: bytearray | None = None
         self._got = 0
 
