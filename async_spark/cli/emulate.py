@@ -79,6 +79,13 @@ def add_emulate_arguments(p: argparse.ArgumentParser) -> None:
         "cost model's, else 0)",
     )
     g.add_argument(
+        "--message-seconds",
+        type=parse_float,
+        default=None,
+        help="the transport's own driver CPU per task (frames and sockets, or a job's "
+        "submission), seconds (default: the cost model's, else 0)",
+    )
+    g.add_argument(
         "--calibrate",
         action="store_true",
         help="measure the cost model on the real Spark engine (--master), with the tasks of the "
@@ -97,6 +104,7 @@ def cost_model_from_args(args: argparse.Namespace) -> Any:
         ("--bandwidth", "bandwidth_bytes_per_second", args.bandwidth),
         ("--latency", "latency_seconds", args.latency),
         ("--cores", "cores", args.cores),
+        ("--message-seconds", "message_seconds", args.message_seconds),
         ("--driver-seconds", "driver_seconds", None if driver == "measured" else driver),
     )
     for flag, field, value in changes:

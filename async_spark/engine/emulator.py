@@ -17,8 +17,9 @@ for that model version; its *duration* comes from a :class:`CostModel`::
 with ``compute`` either the measured in-process time of the task function (``seconds_per_nnz``
 None) or the calibrated model ``compute_fixed + seconds_per_nnz * nnz(sampled rows)``. Results
 reach the driver in virtual-completion order (an event queue), and the driver is a serial server:
-it spends ``driver_seconds`` (fixed, or the measured real time of the update and dispatch code when
-None) on each result before it dispatches again. So staleness, rejections, cancellations and the
+it spends ``message_seconds`` (the transport's own messaging) on each outcome and
+``driver_seconds`` (fixed, or the measured real time of the update and dispatch code when None)
+on each result before it dispatches again. So staleness, rejections, cancellations and the
 trace are what P workers with one core each would produce, and ``elapsed()`` is virtual seconds.
 
 Contention (``cores = C``): the CPU phases of the tasks in flight share C cores by processor
@@ -26,9 +27,9 @@ sharing (each progresses at rate ``min(1, C / computing)``), which models ``loca
 machine; a sleeping straggler holds its slot but no core.
 
 :func:`async_spark.solvers.emulation.calibrate` measures ``task_overhead_seconds``,
-``compute_fixed_seconds`` and ``seconds_per_nnz`` with linear-solver tasks on the real Spark
-engine of this machine; :meth:`CostModel.save` writes JSON. The engine knows nothing of the
-solvers: what a task's work is (its nonzeros) is given by ``work_fn``.
+``compute_fixed_seconds``, ``seconds_per_nnz`` and ``message_seconds`` with linear-solver tasks
+on the real Spark engine of this machine; :meth:`CostModel.save` writes JSON. The engine knows
+nothing of the solvers: what a task's work is (its nonzeros) is given by ``work_fn``.
 """
 
 from __future__ import annotations
@@ -104,6 +105,16 @@ class CostModel:
         (update rule included; then ``update_seconds`` should be 0).
     update_seconds : float
         Serial driver time per published version (the update rule), on top of ``driver_seconds``.
+    message_seconds : float
+        Serial driver CPU per task spent by the transport itself, which the in-process emulator
+        does not run: encoding and sending the ticket, receiving and decoding the reply (the
+        resident transport's frames and sockets, or the job transport's job submission from
+        Python), fixed part. Charged for every outcome, on top of ``driver_seconds`` in either
+        mode; :func:`~async_spark.solvers.emulation.calibrate` measures it with every block in
+        flight.
+    message_seconds_per_byte : float
+        The transport's driver CPU per byte of a task's messages (model version and args out,
+        payload back), on top of ``message_seconds``: framing and copying grow with the model.
     source : str
         Free text: where the figures come from (e.g. "calibrated on local[2], 2025-01-01").
     """
@@ -118,6 +129,8 @@ class CostModel:
     overhead_uses_core: bool = True
     driver_seconds: float | None = 0.0
     update_seconds: float = 0.0
+    message_seconds: float = 0.0
+    message_seconds_per_byte: float = 0.0
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -138,6 +151,8 @@ class CostModel:
         if self.driver_seconds is not None:
             check_number("driver_seconds", self.driver_seconds)
         check_number("update_seconds", self.update_seconds)
+        check_number("message_seconds", self.message_seconds)
+        check_number("message_seconds_per_byte", self.message_seconds_per_byte)
         if not isinstance(self.source, str):
             raise ValueError(f"source must be a string, got {self.source!r}")
 
@@ -153,6 +168,10 @@ class CostModel:
         if nnz is None:
             raise ValueError("seconds_per_nnz needs the task's nonzero count (give work_fn)")
         return self.compute_fixed_seconds + self.seconds_per_nnz * float(nnz)
+
+    def message_cpu_seconds(self, nbytes: int) -> float:
+        """The transport's driver CPU for one task whose messages total ``nbytes``."""
+        return self.message_seconds + self.message_seconds_per_byte * nbytes
 
     def transfer_seconds(self, nbytes: int) -> float:
         """One message of ``nbytes``: latency plus bytes over bandwidth."""
@@ -276,6 +295,7 @@ class _Task:
         "alive",
         "finished_at",
         "done",
+        "message_bytes",
     )
 
     def __init__(self, ticket: TaskTicket, dispatched_at: float, slot: int) -> None:
@@ -289,6 +309,7 @@ class _Task:
         self.slot = slot
         self.alive = True
         self.finished_at = 0.0
+        self.message_bytes = 0  # the ticket's and the reply's, for the driver's messaging
         self.done = False
 
 
@@ -523,8 +544,11 @@ class VirtualTransport(Transport):
         else:
             compute = self.cost.compute_seconds(nnz, report.compute_seconds)
         handle_value = getattr(handle, "value", None)
-        download = self.cost.transfer_seconds(payload_nbytes(handle_value) + payload_nbytes(args))
-        upload = self.cost.transfer_seconds(payload_nbytes(report.payload))
+        down_bytes = payload_nbytes(handle_value) + payload_nbytes(args)
+        up_bytes = payload_nbytes(report.payload)
+        task.message_bytes = down_bytes + up_bytes
+        download = self.cost.transfer_seconds(down_bytes)
+        upload = self.cost.transfer_seconds(up_bytes)
         sleep = self._sleep_for(delay, executor, compute)
         overhead = self._overhead()
         if self.cost.overhead_uses_core:
@@ -567,12 +591,15 @@ class VirtualTransport(Transport):
         del self._tasks[task.ticket.task_id]
         self._free_slots.append(task.slot)
         self.clock.advance_to(finished_at)
-        if task.status is TaskStatus.OK and not self._closed:
-            fixed = self.cost.driver_seconds
-            if fixed:
-                self.clock.advance_by(fixed)
-                self.driver_seconds_total += fixed
-            self.driver_results += 1
+        if not self._closed:
+            # the reply's messaging, whatever it says; then the engine's own work on a result
+            spent = self.cost.message_cpu_seconds(task.message_bytes)
+            if task.status is TaskStatus.OK:
+                spent += self.cost.driver_seconds or 0.0
+                self.driver_results += 1
+            if spent:
+                self.clock.advance_by(spent)
+                self.driver_seconds_total += spent
         seconds = finished_at - task.dispatched_at
         self._restart_mark()
         report = task.report if task.status is TaskStatus.OK else None

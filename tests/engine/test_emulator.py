@@ -13,6 +13,7 @@ import pytest
 from async_spark.data.dataset import open_dataset
 from async_spark.engine import AsyncEngine, LocalTransport, Policy, StragglerModel
 from async_spark.engine.emulator import CostModel, VirtualEngine, payload_nbytes
+from async_spark.engine.engine import EngineError
 from async_spark.solvers import TrainConfig, train_linear
 from async_spark.solvers.emulation import calibrate, virtual_engine_factory
 
@@ -206,6 +207,58 @@ def test_stragglers_and_driver_time_pass_in_virtual_time():
     # ... and 0.25 s more per published version (the update rule), after the result is read.
     seen, _ = _run_schedule([1.0], 3, cost=CostModel(driver_seconds=0.5, update_seconds=0.25))
     np.testing.assert_allclose([t for t, *_ in seen], [1.5, 3.25, 5.0])
+    # ... and 0.125 s of the transport's own messaging per outcome, on top of both (the task
+    # returns an int: 8 bytes back, priced at 0 here).
+    cost = CostModel(driver_seconds=0.5, update_seconds=0.25, message_seconds=0.125)
+    seen, engine = _run_schedule([1.0], 3, cost=cost)
+    np.testing.assert_allclose([t for t, *_ in seen], [1.625, 3.5, 5.375])
+    assert engine.virtual_transport.stats()["driver_seconds_per_result"] == pytest.approx(0.875)
+    # In measured mode the messaging is charged as well (the emulator does not run it).
+    measured = CostModel(driver_seconds=None, message_seconds=10.0)
+    seen, _ = _run_schedule([1.0], 3, cost=measured)
+    gaps = np.diff([0.0] + [t for t, *_ in seen])
+    assert all(11.0 <= g < 11.5 for g in gaps), gaps
+
+
+def test_messaging_is_priced_per_task_and_per_byte():
+    model = np.zeros(1000)  # 8000 bytes out, 8000 back (the task returns the model)
+    engine = VirtualEngine(
+        lambda block, m, args: m,
+        num_blocks=1,
+        policy=Policy.asynchronous(),
+        initial_model=model,
+        task_seconds=lambda ticket: 1.0,
+        cost=CostModel(message_seconds=0.5, message_seconds_per_byte=1e-4),
+    )
+    with engine:
+        results = engine.results()
+        next(results)
+        assert engine.elapsed() == pytest.approx(1.0 + 0.5 + 1.6)
+        next(results)
+        assert engine.elapsed() == pytest.approx(2 * 3.1)
+    assert CostModel().message_cpu_seconds(10**6) == 0.0
+
+
+def test_messaging_is_charged_for_a_failed_task_too():
+    def failing(block, model, args):
+        raise RuntimeError("boom")
+
+    engine = VirtualEngine(
+        failing,
+        num_blocks=1,
+        policy=Policy.asynchronous(),
+        initial_model=np.zeros(2),
+        task_seconds=lambda ticket: 1.0,
+        max_retries=1,
+        cost=CostModel(task_overhead_seconds=1.0, message_seconds=0.5),
+    )
+    with engine:
+        with pytest.raises(EngineError, match="every block was given up"):
+            list(engine.results())
+        assert engine.snapshot()["counts"]["failed"] == 2
+        # two attempts, each 1 s of overhead and 0.5 s of messaging, and the retry's backoff
+        assert engine.virtual_transport.driver_seconds_total == pytest.approx(1.0)
+        assert engine.elapsed() >= 3.0
 
 
 def test_communication_time_follows_bandwidth_and_latency():
@@ -268,15 +321,22 @@ def test_calibration_on_spark_round_trips(spark, tmp_path, transport):
         desc,
         fractions=(0.2, 1.0),
         tasks_per_fraction=2,
+        message_tasks=30,
         out=path,
         transport=transport,
     )
     assert cost.task_overhead_seconds > 0 and cost.seconds_per_nnz is not None
+    # the transport's own driver CPU per task: sockets and frames, or a job's submission from
+    # Python, beyond the emulator's in-process bookkeeping (microseconds, not seconds)
+    # (on data this small the split between per task and per byte is noise; their sum is not)
+    assert 0 < cost.message_cpu_seconds(8 * desc.d) < 0.05
     assert cost.seconds_per_nnz >= 0 and "calibrated on" in cost.source
     assert f"{transport} transport" in cost.source
     assert CostModel.load(path) == cost
     with pytest.raises(ValueError, match="transport must be 'resident' or 'jobs'"):
         calibrate(spark, source, desc, transport="carrier-pigeon")
+    with pytest.raises(ValueError, match="message_tasks must be an integer >= 1"):
+        calibrate(spark, source, desc, message_tasks=0)
 
 
 @pytest.mark.spark
@@ -305,6 +365,7 @@ def test_calibration_measures_the_tasks_of_any_method_of_the_table(spark, method
         method=method,
         fractions=(0.5, 1.0),
         tasks_per_fraction=2,
+        message_tasks=4,
         transport="jobs",
     )
     assert f"method {method}" in cost.source and extras
@@ -325,6 +386,8 @@ def test_calibration_measures_the_tasks_of_any_method_of_the_table(spark, method
         ({"cores": 1.5}, "cores"),
         ({"driver_seconds": -0.1}, "driver_seconds"),
         ({"update_seconds": -0.1}, "update_seconds"),
+        ({"message_seconds": float("nan")}, "message_seconds"),
+        ({"message_seconds_per_byte": -1e-9}, "message_seconds_per_byte"),
         ({"overhead_uses_core": "yes"}, "overhead_uses_core"),
     ],
 )
@@ -377,6 +440,16 @@ def test_emulate_command_writes_the_train_outputs(tmp_path, capsys):
     assert "RESULT" in capsys.readouterr().out
 
 
+def test_emulate_command_charges_the_transports_messaging(tmp_path):
+    out = tmp_path / "run"
+    argv = ["--data", "builtin:breast_cancer", "--workers", "4", "--method", "asaga"]
+    argv += ["--message-seconds", "0.01", "--time-budget", "2", "--quiet", "--out", str(out)]
+    assert _emulate(argv) == 0
+    emulator = json.loads((out / "summary.json").read_text())["emulator"]
+    assert emulator["cost_model"]["message_seconds"] == 0.01
+    assert emulator["driver_seconds_total"] >= 0.01 * emulator["driver_results"] > 0
+
+
 @pytest.mark.parametrize(
     "argv, flag",
     [
@@ -387,6 +460,7 @@ def test_emulate_command_writes_the_train_outputs(tmp_path, capsys):
         (["--workers", "4", "--bandwidth", "0"], "--bandwidth"),
         (["--workers", "4", "--cores", "0"], "--cores"),
         (["--workers", "4", "--driver-seconds", "-2"], "--driver-seconds"),
+        (["--workers", "4", "--message-seconds", "nan"], "--message-seconds"),
     ],
 )
 def test_emulate_command_refuses_bad_flags_by_name(argv, flag):
