@@ -25,7 +25,8 @@ listens on the client's address towards the Connect server (:func:`.connect.clie
 the executors dial it, or the address given by ``advertise`` / ``spark.async_spark.resident.advertise``
 (NAT, port forwarding); the job carries a session tag, interrupted when the run ends or fails.
 
-This module is the driver's side; what runs in the executors is :mod:`.resident_worker`. See
+This module is the driver's side (the job itself, launched and relaunched, is
+:mod:`.resident_job`'s); what runs in the executors is :mod:`.resident_worker`. See
 ``docs/resident.md`` for the protocol, the security model and how to use it.
 """
 
@@ -51,7 +52,8 @@ import numpy as np
 from .checks import check_int, check_number
 from .core import TaskStatus, TaskTicket
 from .history import InlinePublisher
-from .resident_worker import BLOCK_COLUMN, OUTPUT_SCHEMA, WorkerConfig, WorkerEntry, model_delta
+from .resident_job import ResidentJob, configured_connect_timeout
+from .resident_worker import WorkerConfig, model_delta
 from .stragglers import NO_DELAY
 from .tables import DriverTables
 from .task import (
@@ -61,7 +63,7 @@ from .task import (
     keeps_held_rows,
     replace_field,
 )
-from .transport import Outcome, TaskCall, Transport, _describe
+from .transport import Outcome, TaskCall, Transport
 from .wire import (
     DEFAULT_MAX_BODY_BYTES,
     DTYPES,
@@ -157,29 +159,6 @@ class _Outcomes:
 
     def qsize(self) -> int:
         return len(self._ready)
-
-
-def _classic_context(spark: Any) -> Any:
-    """The SparkContext of a classic session; None on Spark Connect (which has none)."""
-    try:
-        return spark.sparkContext
-    except Exception:  # Connect sessions raise on .sparkContext
-        return None
-
-
-def _configured_connect_timeout(spark: Any, connect: bool) -> float:
-    """``spark.async_spark.resident.connectTimeout`` if set, else 40 s on Connect, 60 s classic."""
-    from .connect import CONNECT_TIMEOUT_CONF, conf_value
-
-    configured = conf_value(spark, CONNECT_TIMEOUT_CONF)
-    if not configured:
-        return 40.0 if connect else 60.0
-    try:
-        return float(configured)
-    except ValueError:
-        raise ValueError(
-            f"{CONNECT_TIMEOUT_CONF} must be a number of seconds > 0, got {configured!r}"
-        ) from None
 
 
 def _check_options(
@@ -305,7 +284,7 @@ class ResidentTransport(Transport):
 
         self.connect = is_connect(spark)
         if connect_timeout is None:
-            connect_timeout = _configured_connect_timeout(spark, self.connect)
+            connect_timeout = configured_connect_timeout(spark, self.connect)
         _check_options(
             connect_timeout=connect_timeout,
             start_grace=start_grace,
@@ -371,8 +350,7 @@ class ResidentTransport(Transport):
         self._closed = False
         self._fatal: str | None = None
         self._job_error: str | None = None
-        self._job_thread: threading.Thread | None = None
-        self.launches = 0
+        self._job: ResidentJob | None = None
         self.blocks_waiting_at_start = 0  # blocks without a worker when start() returned
         self._counts = {"full": 0, "delta": 0, "held": 0}
         self._table_counts = {"full": 0, "held": 0, "commit": 0}
@@ -419,8 +397,7 @@ class ResidentTransport(Transport):
             self.advertised = self._advertised(host, port)
             self._secret = secrets.token_bytes(32)
             self.run_id = uuid.uuid4().hex
-            self._tag = f"async-spark-resident-{self.run_id[:12]}"
-            self._cfg = WorkerConfig(
+            cfg = WorkerConfig(
                 host=self.advertised[0],
                 port=self.advertised[1],
                 secret=self._secret,
@@ -440,11 +417,26 @@ class ResidentTransport(Transport):
             self._selector.register(self._wake_r, selectors.EVENT_READ, None)
             self._spawn(self._accept_loop, "async-spark-resident-accept")
             self._spawn(self._monitor_loop, "async-spark-resident-monitor")
-            self._job_thread = self._spawn_job()
+            self._job = ResidentJob(
+                self.spark,
+                cfg,
+                tag=f"async-spark-resident-{self.run_id[:12]}",
+                description=f"{run_name}: resident tasks ({self.num_tasks}) for {num_blocks} blocks",
+                num_tasks=self.num_tasks,
+                frame=self._frame,
+                frame_partitions=0
+                if self._frame_source is None
+                else self._frame_source.frame_partitions,
+                max_relaunches=self.max_relaunches,
+                closing=self._closing,
+                on_end=self._on_job_end,
+                on_fatal=self._set_fatal,
+            )
+            self._job.start()
             self._wait_connected()
         except BaseException:
-            if self._job_thread is not None:
-                self._cancel_job()  # at once: no task may stay behind a run that did not start
+            if self._job is not None:
+                self._job.cancel()  # at once: no task may stay behind a run that did not start
             self.close()
             raise
 
@@ -493,17 +485,6 @@ class ResidentTransport(Transport):
         t = threading.Thread(target=target, name=name, args=args, daemon=True)
         t.start()
         self._threads.append(t)
-        return t
-
-    def _spawn_job(self) -> threading.Thread:
-        try:
-            from pyspark import InheritableThread
-
-            t: threading.Thread = InheritableThread(target=self._job_loop, name="async-spark-job")
-        except Exception:
-            t = threading.Thread(target=self._job_loop, name="async-spark-job")
-        t.daemon = True
-        t.start()
         return t
 
     def _wait_connected(self) -> None:
@@ -567,82 +548,15 @@ class ResidentTransport(Transport):
             self.connect_timeout,
         )
 
-    def _job_loop(self) -> None:
-        while not self._closing.is_set():
-            self.launches += 1
-            error = None
-            try:
-                self._run_job()
-            except Exception as exc:  # noqa: BLE001 - the job's failure is reported, not raised
-                error = _describe(exc)
-            if self._closing.is_set():
-                return
-            with self._lock:
-                self._job_error = error or "its tasks ended"
-                self._lock.notify_all()
-            if self.launches > self.max_relaunches:
-                self._set_fatal(
-                    f"the resident Spark job ended {self.launches} times while the run went on; "
-                    f"last: {self._job_error}"
-                )
-                return
-            log.warning(
-                "resident transport: the Spark job ended while the run goes on (%s); launching "
-                "it again (%d of %d)",
-                self._job_error,
-                self.launches,
-                self.max_relaunches,
-            )
-            self._closing.wait(0.5)
+    @property
+    def launches(self) -> int:
+        """How many times the resident job was launched (1 unless it ended while the run went on)."""
+        return 0 if self._job is None else self._job.launches
 
-    def _run_job(self) -> None:
-        spark = self.spark
-        sc = _classic_context(spark)
-        # A classic session gets a SparkContext job tag only: SparkSession.addTag there leaves the
-        # session unserializable for pyspark.ml afterwards (a fitted LogisticRegressionModel's
-        # transform fails with "Task not serializable"; tests/engine/test_resident.py), and does
-        # not cancel a classic job either. Spark Connect has session tags only.
-        if sc is not None:
-            sc.addJobTag(self._tag)
-            sc.setInterruptOnCancel(True)
-            sc.setJobDescription(
-                f"{self.run_name}: resident tasks ({self.num_tasks}) for {self.num_blocks} blocks"
-            )
-        else:
-            spark.addTag(self._tag)
-        try:
-            frame = self._tasks_frame()
-            frame.mapInArrow(WorkerEntry(self._cfg), OUTPUT_SCHEMA).collect()
-        finally:
-            try:
-                if sc is not None:
-                    sc.removeJobTag(self._tag)
-                else:
-                    spark.removeTag(self._tag)
-            except Exception:
-                pass
-
-    def _tasks_frame(self) -> Any:
-        """What the resident job maps over: one row per task (its id), or the DataFrame whose
-        partitions are the blocks, each row tagged with its block and, when there are more
-        blocks than tasks, coalesced (each task then holds several whole partitions)."""
-        if self._frame is None:
-            return self.spark.range(self.num_tasks, numPartitions=self.num_tasks)
-        tagged = self._frame.selectExpr(f"spark_partition_id() AS {BLOCK_COLUMN}", "*")
-        assert self._frame_source is not None
-        partitions = self._frame_source.frame_partitions
-        return tagged.coalesce(self.num_tasks) if self.num_tasks < partitions else tagged
-
-    def _cancel_job(self) -> None:
-        """Cancel the resident job, on a classic session (job tag) or a Connect one."""
-        sc = _classic_context(self.spark)
-        try:
-            if sc is not None:
-                sc.cancelJobsWithTag(self._tag)
-            else:
-                self.spark.interruptTag(self._tag)
-        except Exception:
-            log.debug("cancelling the resident job failed", exc_info=True)
+    def _on_job_end(self, error: str) -> None:
+        with self._lock:
+            self._job_error = error
+            self._lock.notify_all()
 
     def _set_fatal(self, message: str) -> None:
         log.error("resident transport: %s", message)
@@ -668,22 +582,22 @@ class ResidentTransport(Transport):
             exit_frame = encode_frame("exit")
             for conn in conns:
                 self._send(conn, exit_frame)
-            job = self._job_thread
-            if job is not None:
+            job = self._job
+            if job is not None and job.thread is not None:
                 log.debug("resident transport: %d workers told to exit", len(conns))
                 # A task that never connected (no slot yet, a late executor) cannot be told to
                 # exit: give the others a moment to leave, then cancel the job.
                 started = len({c.partition for c in conns}) >= self.num_tasks
                 wait = _EXIT_WAIT if started else _LATE_EXIT_WAIT
-                self._await_job(job, max(0.0, min(wait, deadline - time.monotonic())))
-                log.debug("resident transport: job thread alive=%s", job.is_alive())
-                if job.is_alive():
+                self._await_job(job.thread, max(0.0, min(wait, deadline - time.monotonic())))
+                log.debug("resident transport: job thread alive=%s", job.alive())
+                if job.alive():
                     if started:
                         log.warning("resident transport: workers did not leave; cancelling the job")
                     else:  # expected: a late task is cancelled before it starts
                         log.info("resident transport: a task never connected; cancelling the job")
-                    self._cancel_job()
-                    job.join(max(0.0, deadline - time.monotonic()))
+                    job.cancel()
+                    job.thread.join(max(0.0, deadline - time.monotonic()))
         finally:
             if self._server is not None:
                 try:
@@ -708,8 +622,8 @@ class ResidentTransport(Transport):
                 self._copies.clear()
                 self._copy_refs.clear()
         alive = [t.name for t in self._threads if t.is_alive()]
-        if self._job_thread is not None and self._job_thread.is_alive():
-            alive.append(self._job_thread.name)
+        if self._job is not None and self._job.alive():
+            alive.append("async-spark-job")
         if alive:
             raise RuntimeError(
                 f"resident transport threads did not stop within {timeout}s: {alive}"

@@ -25,6 +25,7 @@ import pytest
 
 from async_spark.engine import AsyncEngine, LocalTransport, Policy, StragglerModel, wire
 from async_spark.engine.resident import ResidentTransport
+from async_spark.engine.resident_job import ResidentJob
 from async_spark.engine.resident_worker import apply_delta, model_delta
 
 # --- task functions (they travel to the Python workers by value) ----------------------------------
@@ -623,7 +624,7 @@ def test_closing_before_a_late_worker_connects_cancels_its_task_at_once(spark):
     # the 3 connected workers leave when told; the 4th task, still waiting for its slot, is
     # cancelled after 1 s rather than after the 10 s given to workers that can hear "exit"
     assert closed < 5.0, closed
-    assert not transport._job_thread.is_alive()
+    assert not transport._job.alive()
 
 
 BIG = 4_000_000  # float64: 32 MB, more than any socket buffer holds
@@ -659,7 +660,7 @@ def test_closing_while_workers_send_results_larger_than_a_socket_buffer_is_promp
     text = "\n".join(r.getMessage() for r in caplog.records)
     assert "workers did not leave" not in text and "cancelling the job" not in text, text
     assert closed < 8.0, closed
-    assert not transport._job_thread.is_alive()
+    assert not transport._job.alive()
 
 
 @pytest.mark.parametrize(
@@ -774,7 +775,7 @@ def test_start_names_the_address_when_no_task_connects(spark, monkeypatch):
     def no_job(self):
         self._closing.wait(30)
 
-    monkeypatch.setattr(ResidentTransport, "_run_job", no_job)
+    monkeypatch.setattr(ResidentJob, "run", no_job)
     transport = ResidentTransport(spark, connect_timeout=1.0)
     with pytest.raises(RuntimeError) as info:
         transport.start(2, 2, "x", task_fn=sleepy_task)
