@@ -3,8 +3,9 @@
 Each emulated worker has its own core and one block (as in ASYNC); tasks run in this process on
 the real data with the real update rules, and their durations come from a cost model calibrated
 on this machine's Spark engine (per-task overhead, per-nonzero compute), plus a 10 Gbit/s network
-(0.5 ms latency) and a serial driver whose cost per result and per update is measured here
-(:mod:`async_spark.engine.emulator`). For each P and straggler model the synchronous method and
+(0.5 ms latency) and a serial driver whose cost per result and per update is measured here,
+plus the transport's own driver CPU per task from the calibration (``message_seconds``;
+:mod:`async_spark.engine.emulator`). For each P and straggler model the synchronous method and
 its asynchronous counterpart run for the same virtual budget; as in ``async_speedup.py``:
 
     target  = the larger (worse) of the two final objectives, so both reach it
@@ -21,8 +22,8 @@ Usage:
         [--pairs saga,sgd] [--data SPEC] [--cost-model FILE] [--rounds R] [--json FILE]
 Without ``--cost-model`` the cost model is calibrated first on ``local[2]`` (one Spark session,
 stopped before the emulation starts) on ``--transport`` (resident, the default, or jobs: the
-predictions of the two differ by the per-task overhead, one message each way against one Spark
-job). Last line: ``RESULT asaga_speedup_emulated_32 <x>``.
+predictions of the two differ by the per-task overhead and the driver's CPU per task: one
+message each way against one Spark job). Last line: ``RESULT asaga_speedup_emulated_32 <x>``.
 ``--smoke`` (seconds, no Spark): P = 32 only, tiny data, one step each, 4 rounds, and a fixed cost
 model (:data:`SMOKE_COST`, round figures, not measured) unless ``--cost-model`` is given.
 """
