@@ -723,6 +723,52 @@ def test_a_killed_worker_and_a_dropped_socket_fail_their_tickets_and_the_run_fin
     assert not _pid_alive(victim["pid"])
 
 
+def attempt_task(block, model, args):
+    """The Spark task attempt running this resident worker (unique within the application)."""
+    from pyspark import TaskContext
+
+    time.sleep(0.002)
+    return TaskContext.get().taskAttemptId()
+
+
+@spark_only
+def test_the_job_is_launched_again_when_it_fails_and_the_run_goes_on(spark):
+    """local[4,2] retries a task once: killing block 1's worker twice fails the whole job (the
+    other tasks are cancelled with it); the transport launches it again, and every block is then
+    served by a task of the new job until the run ends."""
+    _register_by_value()
+    transport = ResidentTransport(spark, submit_wait=60.0, start_grace=None, max_relaunches=1)
+    killed: list[int] = []
+    first_job: set[int] = set()  # task attempts seen before the relaunch
+    after: set[int] = set()  # blocks served by the new job's tasks
+    with AsyncEngine(
+        transport,
+        attempt_task,
+        num_blocks=4,
+        policy=Policy.asynchronous(),
+        initial_model=None,
+        max_retries=20,
+        backoff=0.2,
+    ) as eng:
+        for n, r in enumerate(eng.results()):
+            if transport.launches < 2:
+                first_job.add(r.payload)
+            elif r.payload not in first_job:
+                after.add(r.block)
+                if len(after) == 4:
+                    break
+            owners = [w for w in transport.workers() if w["blocks"] == [1]]
+            if n >= 20 and len(killed) < 2 and owners and owners[0]["pid"] not in killed:
+                killed.append(owners[0]["pid"])
+                os.kill(owners[0]["pid"], signal.SIGKILL)
+            assert n < 20_000, (killed, transport.launches, transport.workers())
+            eng.publish(None)
+        assert eng.core.accounting_closes()
+        assert eng.core.counts["failed"] >= 2
+    assert len(killed) == 2 and transport.launches == 2, killed
+    assert after == {0, 1, 2, 3}
+
+
 @spark_only
 def test_stragglers_sleep_and_obsolete_stragglers_are_cancelled(spark):
     _register_by_value()
