@@ -333,6 +333,7 @@ def _step_and_rule(
         decay=decay,
         pool_rows=float(desc.n),  # a pooled estimate samples as many rows as the data has
         block_rows=desc.rows_per_block,  # estimates stratified by block
+        sample_fraction=setup.batch_fraction,  # whole blocks: exact losses, no sample
         log_level=logging.INFO if config.quiet else logging.WARNING,
     )
     return step, rule, safeguard

@@ -91,10 +91,17 @@ class WindowEstimate:
     stderr: float
 
     @staticmethod
-    def of(stats: np.ndarray, penalty: float, weights: np.ndarray | None = None) -> WindowEstimate:
+    def of(
+        stats: np.ndarray,
+        penalty: float,
+        weights: np.ndarray | None = None,
+        unsampled: float = 1.0,
+    ) -> WindowEstimate:
         """From ``[loss sum, sum of squares, rows]`` per stratum (one row per block, or a single
         row): the stratified mean — each block's mean sampled loss weighted by its share of the
-        rows, over the blocks that reported — and its standard error."""
+        rows, over the blocks that reported — and its standard error, whose variance is scaled
+        by ``unsampled``, the share of a block a result's sample leaves out (the finite
+        population correction: 0 for results over whole blocks, whose losses are no sample)."""
         stats = np.atleast_2d(np.asarray(stats, dtype=np.float64))
         present = stats[:, 2] > 0
         w = np.ones(len(stats)) if weights is None else np.asarray(weights, dtype=np.float64)
@@ -102,7 +109,8 @@ class WindowEstimate:
         total, squares, count = stats[present].T
         mean = total / count
         var = np.maximum(squares / count - mean * mean, 0.0)
-        return WindowEstimate(float(w @ mean) + penalty, math.sqrt(float(w * w @ (var / count))))
+        stderr = math.sqrt(unsampled * float(w * w @ (var / count)))
+        return WindowEstimate(float(w @ mean) + penalty, stderr)
 
     def fell_below(self, best: WindowEstimate, z: float) -> bool:
         return best.value - self.value > z * math.hypot(self.stderr, best.stderr)
@@ -120,8 +128,8 @@ class _Window:
     stats: np.ndarray
     penalty: float
 
-    def on(self, common: np.ndarray, weights: np.ndarray) -> WindowEstimate:
-        return WindowEstimate.of(self.stats[common], self.penalty, weights[common])
+    def on(self, common: np.ndarray, weights: np.ndarray, unsampled: float) -> WindowEstimate:
+        return WindowEstimate.of(self.stats[common], self.penalty, weights[common], unsampled)
 
 
 @dataclass
@@ -145,6 +153,12 @@ class StepSafeguard:
         Once the search has ended, halve the step on each plateau (see the module docstring).
     z, rise, recent, factor, grace, max_changes, grow, patience, max_raises : see the module
         docstring.
+    sample_fraction : float in [0, 1]
+        The share of its block each result's losses come from (the run's batch fraction; 0: a
+        small sample of a large population). The rows are drawn without replacement (Bernoulli),
+        so a window's sampling variance is scaled by ``1 - sample_fraction`` (Cochran, "Sampling
+        Techniques", 3rd ed., 1977, eq. 2.9): results over whole blocks carry exact block
+        losses, and only a change of the objective itself moves their estimates.
     """
 
     gamma: float
@@ -168,6 +182,7 @@ class StepSafeguard:
     log_level: int = logging.WARNING  # of the line each change logs (INFO for quiet runs)
     #: rows of each block: the strata of every estimate (see :meth:`observe`); () one stratum
     block_rows: tuple[int, ...] = ()
+    sample_fraction: float = 0.0
     changes: list[dict[str, Any]] = field(default_factory=list)
     _stats: np.ndarray = field(init=False, repr=False)
     _seen: int = 0
@@ -193,6 +208,9 @@ class StepSafeguard:
             raise ValueError(f"patience must be an integer >= 1, got {self.patience!r}")
         self._recent = deque(maxlen=self.recent)
         self._limit = self.max_pool * self.patience
+        if not 0.0 <= self.sample_fraction <= 1.0:
+            raise ValueError(f"sample_fraction must be in [0, 1], got {self.sample_fraction!r}")
+        self._unsampled = 1.0 - float(self.sample_fraction)
         self._weights = np.asarray(self.block_rows or (1,), dtype=np.float64)
         if self._weights.min() <= 0:
             raise ValueError(f"block_rows must be positive row counts, got {self.block_rows!r}")
@@ -206,7 +224,7 @@ class StepSafeguard:
         return bool(np.all(stats[:, 2] > 0))
 
     def _estimate(self, stats: np.ndarray, theta: np.ndarray) -> WindowEstimate:
-        return WindowEstimate.of(stats, self.penalty(theta), self._weights)
+        return WindowEstimate.of(stats, self.penalty(theta), self._weights, self._unsampled)
 
     def observe(
         self, stats: Any, theta: np.ndarray, update: int, seconds: float, block: int = 0
@@ -256,7 +274,10 @@ class StepSafeguard:
             common = present & (ref.stats[:, 2] > 0)
             if not common.any():
                 continue
-            pair = closed.on(common, self._weights), ref.on(common, self._weights)
+            pair = (
+                closed.on(common, self._weights, self._unsampled),
+                ref.on(common, self._weights, self._unsampled),
+            )
             if (
                 largest is None
                 or pair[0].value - pair[1].value > largest[0].value - largest[1].value
