@@ -62,15 +62,17 @@ def test_a_rise_lowers_the_step_and_restarts_the_momentum(cancer):
     elsewhere."""
     alpha, beta, l2, n = 0.6, 0.95, 1e-2, 60
     result, X, y = _sync_ag(cancer, alpha, beta, l2, n)
-    (change,) = result.step_safeguard["changes"]
-    assert change["why"] == "rose" and change["to"] == alpha / 2
+    changes = result.step_safeguard["changes"]
+    assert changes and all(c["why"] == "rose" for c in changes), changes
+    assert [c["to"] for c in changes] == [alpha / 2 ** (i + 1) for i in range(len(changes))]
+    at = {c["update"] for c in changes}
 
     def nesterov(restart: bool) -> np.ndarray:
         x = x_prev = np.zeros(X.shape[1] + 1)
         a = alpha
         for k in range(n):
             yk = x + beta * (x - x_prev)
-            if k == change["update"]:
+            if k in at:
                 a /= 2
                 if restart:
                     x = yk  # AG started afresh at yk: no extrapolation from the old iterate
@@ -187,8 +189,9 @@ def test_an_automatic_synchronous_ag_restarts_its_momentum(cancer):
         MomentumLinear("hb", runs["ag"].model, 569, 2, 1.0, 0.1, 0.5, restart=True)
     plain = train_linear(TrainConfig(method="ag", momentum_restart=False, **common), dataset=cancer)
     assert not plain.momentum["restart"]
-    # the optimum is 0.0598: at 50 updates restarted AG is 2.5% above it, plain AG 82%
-    assert plain.final_objective - runs["ag"].final_objective > 0.02, (
+    # the optimum is 0.0598: at 50 updates restarted AG is 2.5% above it, plain AG 29% (the
+    # safeguard lowers plain AG's step at its rises, but its momentum swings on)
+    assert plain.final_objective - runs["ag"].final_objective > 0.01, (
         plain.final_objective,
         runs["ag"].final_objective,
     )
