@@ -7,10 +7,11 @@ windows of ``window`` results and estimates the objective of each window as the 
 loss plus the penalty at the parameters when the window closes. A window whose estimate stands
 above one of the ``recent`` windows before it (since the last change) by more than both
 
-- ``z`` standard errors of the difference (the sampled losses' own spread: noise is not a rise;
-  with ``z = 5`` and four reference windows, a run on a plateau sees a false alarm about once in
-  a million windows — the best of *all* past windows would drift down with the run's length and
-  make every long run fire),
+- ``z`` standard errors of the difference (the sampled losses' own spread, with the finite
+  population correction ``1 - sample_fraction``: results over whole blocks have none; noise is
+  not a rise; with ``z = 5`` and four reference windows, a run on a plateau sees a false alarm
+  about once in a million windows — the best of *all* past windows would drift down with the
+  run's length and make every long run fire),
 - and ``rise`` relative (a rise too small to matter is not acted on),
 
 where the two windows are compared on the blocks both heard from, each block's mean weighted by
