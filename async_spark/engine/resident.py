@@ -17,7 +17,9 @@ reconnecting, or Spark's retry of a lost task on any executor; a ticket for an u
 waits at most ``submit_wait`` seconds, then fails. Heartbeats run both ways: the driver drops a
 worker silent for ``silence_seconds``, and a worker whose driver is gone (closed connection,
 refused reconnection, or silence) returns, which ends its Spark task. If the whole job fails (e.g.
-``local[N]`` retries nothing), it is launched again, at most ``max_relaunches`` times.
+``local[N]`` retries nothing), it is launched again, at most ``max_relaunches`` times. A task
+whose blocks another task announces is told to exit, and so is a task of an earlier launch that
+outlived Spark's kill: two tasks never take turns at one block.
 
 Spark Connect: the launch is the DataFrame API only, so a Connect session (no SparkContext) runs
 the same job; the server then lives in the *client* process, which the executors must reach. It
@@ -105,6 +107,7 @@ class _Conn:
         self.pid = int(hello.get("pid", -1))
         self.partition = int(hello.get("partition", -1))
         self.attempt = int(hello.get("attempt", 0))
+        self.launch = int(hello.get("launch", 1))
         self.send_lock = threading.Lock()
         self.held: OrderedDict[int, None] = OrderedDict()  # mirror of the worker's versions
         self.tables = DriverTables()  # mirror of its HeldRows tables (under the transport's lock)
@@ -1014,9 +1017,22 @@ class ResidentTransport(Transport):
             conn = _Conn(sock, peer, f, reader)
         except (TypeError, ValueError) as exc:
             raise BadHeader(f"bad hello: {exc}") from None
+        current = 1 if self._job is None else self._job.launches
+        if conn.launch < current:
+            # a task of a failed launch that Spark's kill did not reach: it must not take its
+            # blocks from the new launch's task, nor reconnect again and again
+            try:
+                send_frame(sock, encode_frame("exit"))
+            except OSError:
+                pass
+            raise BadHeader(f"{conn} is from launch {conn.launch} of {current}: told to exit")
         with self._lock:
             replaced = {self._owners[b] for b in conn.blocks if b in self._owners}
+        exit_frame = encode_frame("exit")
         for old in replaced:
+            # a task Spark retried (or a connection that broke) is superseded: told to exit, so
+            # that it does not reconnect and take its blocks back
+            self._send(old, exit_frame, lock_timeout=1.0)
             self._drop(old, f"its blocks were announced again by {conn}")
         with self._lock:
             if self._closing.is_set():

@@ -10,6 +10,7 @@ the workers once they connect is :mod:`.resident`'s.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable
@@ -140,7 +141,8 @@ class ResidentJob:
         else:
             spark.addTag(self.tag)
         try:
-            self.tasks_frame().mapInArrow(WorkerEntry(self.cfg), OUTPUT_SCHEMA).collect()
+            cfg = dataclasses.replace(self.cfg, launch=self.launches)
+            self.tasks_frame().mapInArrow(WorkerEntry(cfg), OUTPUT_SCHEMA).collect()
         finally:
             try:
                 if sc is not None:

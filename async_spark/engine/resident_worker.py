@@ -74,6 +74,9 @@ class WorkerConfig:
     #: a DataFrame's partitions as the blocks (data.frame.FrameSource): each task decodes the
     #: partitions it is given and holds them; None: the tasks open their blocks from the source
     frame: Any = None
+    #: which launch of the resident job the task belongs to: after a relaunch the driver tells a
+    #: task of an earlier launch that is still alive (Spark's kill did not reach it) to exit
+    launch: int = 1
 
 
 class WorkerEntry:
@@ -284,6 +287,7 @@ class _Worker:
             "pid": os.getpid(),
             "partition": self.partition,
             "attempt": self.attempt,
+            "launch": cfg.launch,
         }
         compute = threading.Thread(target=self._compute, args=(s,), daemon=True)
         beat = threading.Thread(target=self._heartbeat, args=(s,), daemon=True)
