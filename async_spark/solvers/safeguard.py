@@ -7,9 +7,8 @@ windows of ``window`` results and estimates the objective of each window as the 
 loss plus the penalty at the parameters when the window closes. A window whose estimate stands
 above one of the ``recent`` windows before it (since the last change) by more than both
 
-- ``z`` standard errors of the difference (the sampled losses' own spread, with the finite
-  population correction ``1 - sample_fraction``: results over whole blocks have none; noise is
-  not a rise; with ``z = 5`` and four reference windows, a run on a plateau sees a false alarm
+- ``z`` standard errors of the difference (the sampled losses' own spread: noise is not a rise;
+  with ``z = 5`` and four reference windows, a run on a plateau sees a false alarm
   about once in a million windows — the best of *all* past windows would drift down with the
   run's length and make every long run fire),
 - and ``rise`` relative (a rise too small to matter is not acted on),
@@ -157,9 +156,10 @@ class StepSafeguard:
     sample_fraction : float in [0, 1]
         The share of its block each result's losses come from (the run's batch fraction; 0: a
         small sample of a large population). The rows are drawn without replacement (Bernoulli),
-        so a window's sampling variance is scaled by ``1 - sample_fraction`` (Cochran, "Sampling
-        Techniques", 3rd ed., 1977, eq. 2.9): results over whole blocks carry exact block
-        losses, and only a change of the objective itself moves their estimates.
+        so the pooled test's sampling variance is scaled by ``1 - sample_fraction`` (Cochran,
+        "Sampling Techniques", 3rd ed., 1977, eq. 2.9): results over whole blocks carry exact
+        block losses, and a slow fall is progress. The rise test keeps the rows' spread as its
+        scale (see :meth:`_largest_rise`).
     """
 
     gamma: float
@@ -275,10 +275,10 @@ class StepSafeguard:
             common = present & (ref.stats[:, 2] > 0)
             if not common.any():
                 continue
-            pair = (
-                closed.on(common, self._weights, self._unsampled),
-                ref.on(common, self._weights, self._unsampled),
-            )
+            # without the finite population correction: between windows, stale asynchronous
+            # results move even exact whole-block losses by a few percent with no trend, and
+            # the rows' spread is the scale below which such a move is not acted on
+            pair = closed.on(common, self._weights, 1.0), ref.on(common, self._weights, 1.0)
             if (
                 largest is None
                 or pair[0].value - pair[1].value > largest[0].value - largest[1].value

@@ -189,9 +189,8 @@ def test_an_automatic_synchronous_ag_restarts_its_momentum(cancer):
         MomentumLinear("hb", runs["ag"].model, 569, 2, 1.0, 0.1, 0.5, restart=True)
     plain = train_linear(TrainConfig(method="ag", momentum_restart=False, **common), dataset=cancer)
     assert not plain.momentum["restart"]
-    # the optimum is 0.0598: at 50 updates restarted AG is 2.5% above it, plain AG 29% (the
-    # safeguard lowers plain AG's step at its rises, but its momentum swings on)
-    assert plain.final_objective - runs["ag"].final_objective > 0.01, (
+    # the optimum is 0.0598: at 50 updates restarted AG is 2.5% above it, plain AG 82%
+    assert plain.final_objective - runs["ag"].final_objective > 0.02, (
         plain.final_objective,
         runs["ag"].final_objective,
     )

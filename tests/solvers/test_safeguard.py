@@ -559,3 +559,20 @@ def test_whole_block_losses_are_no_sample_so_a_slow_fall_is_progress():
     assert run(0.0)[:1] == [0.5]  # read as a sample: the fall is within the noise, a plateau
     with pytest.raises(ValueError, match="sample_fraction"):
         _guard(sample_fraction=1.5)
+
+
+def test_stale_jitter_of_exact_block_losses_is_no_rise():
+    """Between windows, stale asynchronous results move even exact whole-block losses by a few
+    percent with no trend. The rise test keeps the rows' spread as its scale (no finite
+    population correction there), so such moves are not rises; with the correction they would
+    clear the 1% floor and halve the step again and again."""
+    rng = np.random.default_rng(11)
+    rows = rng.normal(0.0, 0.5, 50)
+    jitter = 1.0 + 0.03 * rng.uniform(-1.0, 1.0, 4000)  # each result read a different version
+    guard, built = _guard(sample_fraction=1.0)
+    for k, level in enumerate(jitter):
+        guard.observe(loss_stats(rows + level), np.zeros(1), k, 0.0)
+    assert [c["why"] for c in guard.summary()["changes"]] == [] and built == []
+    # the same jitter on the exact losses' own scale: windows differ by more than the 1% floor
+    means = jitter.reshape(-1, 4).mean(axis=1)
+    assert (means[1:] - means[:-1]).max() > 0.02
