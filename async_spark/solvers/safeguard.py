@@ -91,17 +91,10 @@ class WindowEstimate:
     stderr: float
 
     @staticmethod
-    def of(
-        stats: np.ndarray,
-        penalty: float,
-        weights: np.ndarray | None = None,
-        unsampled: float = 1.0,
-    ) -> WindowEstimate:
+    def of(stats: np.ndarray, penalty: float, weights: np.ndarray | None = None) -> WindowEstimate:
         """From ``[loss sum, sum of squares, rows]`` per stratum (one row per block, or a single
         row): the stratified mean — each block's mean sampled loss weighted by its share of the
-        rows, over the blocks that reported — and its standard error, whose variance is scaled
-        by ``unsampled``, the share of a block a result's sample leaves out (the finite
-        population correction: 0 for results over whole blocks, whose losses are no sample)."""
+        rows, over the blocks that reported — and its standard error on the rows' own spread."""
         stats = np.atleast_2d(np.asarray(stats, dtype=np.float64))
         present = stats[:, 2] > 0
         w = np.ones(len(stats)) if weights is None else np.asarray(weights, dtype=np.float64)
@@ -109,8 +102,14 @@ class WindowEstimate:
         total, squares, count = stats[present].T
         mean = total / count
         var = np.maximum(squares / count - mean * mean, 0.0)
-        stderr = math.sqrt(unsampled * float(w * w @ (var / count)))
+        stderr = math.sqrt(float(w * w @ (var / count)))
         return WindowEstimate(float(w @ mean) + penalty, stderr)
+
+    def corrected(self, unsampled: float) -> WindowEstimate:
+        """The same estimate with its variance scaled by ``unsampled``, the share of a block a
+        result's sample leaves out (the finite population correction: 0 for results over whole
+        blocks, whose losses are no sample)."""
+        return WindowEstimate(self.value, self.stderr * math.sqrt(unsampled))
 
     def fell_below(self, best: WindowEstimate, z: float) -> bool:
         return best.value - self.value > z * math.hypot(self.stderr, best.stderr)
@@ -128,8 +127,8 @@ class _Window:
     stats: np.ndarray
     penalty: float
 
-    def on(self, common: np.ndarray, weights: np.ndarray, unsampled: float) -> WindowEstimate:
-        return WindowEstimate.of(self.stats[common], self.penalty, weights[common], unsampled)
+    def on(self, common: np.ndarray, weights: np.ndarray) -> WindowEstimate:
+        return WindowEstimate.of(self.stats[common], self.penalty, weights[common])
 
 
 @dataclass
@@ -156,10 +155,10 @@ class StepSafeguard:
     sample_fraction : float in [0, 1]
         The share of its block each result's losses come from (the run's batch fraction; 0: a
         small sample of a large population). The rows are drawn without replacement (Bernoulli),
-        so the pooled test's sampling variance is scaled by ``1 - sample_fraction`` (Cochran,
+        so the plateau test's sampling variance is scaled by ``1 - sample_fraction`` (Cochran,
         "Sampling Techniques", 3rd ed., 1977, eq. 2.9): results over whole blocks carry exact
-        block losses, and a slow fall is progress. The rise test keeps the rows' spread as its
-        scale (see :meth:`_largest_rise`).
+        block losses, and a slow fall is progress. The rise test and the search's raises keep
+        the rows' spread as their scale (see :meth:`_largest_rise`, :meth:`_pooled_test`).
     """
 
     gamma: float
@@ -225,7 +224,7 @@ class StepSafeguard:
         return bool(np.all(stats[:, 2] > 0))
 
     def _estimate(self, stats: np.ndarray, theta: np.ndarray) -> WindowEstimate:
-        return WindowEstimate.of(stats, self.penalty(theta), self._weights, self._unsampled)
+        return WindowEstimate.of(stats, self.penalty(theta), self._weights)
 
     def observe(
         self, stats: Any, theta: np.ndarray, update: int, seconds: float, block: int = 0
@@ -275,10 +274,10 @@ class StepSafeguard:
             common = present & (ref.stats[:, 2] > 0)
             if not common.any():
                 continue
-            # without the finite population correction: between windows, stale asynchronous
-            # results move even exact whole-block losses by a few percent with no trend, and
-            # the rows' spread is the scale below which such a move is not acted on
-            pair = closed.on(common, self._weights, 1.0), ref.on(common, self._weights, 1.0)
+            # the rows' spread, without the finite population correction: between windows,
+            # stale asynchronous results move even exact whole-block losses by a few percent
+            # with no trend, and the rows' spread is the scale below which that is not acted on
+            pair = closed.on(common, self._weights), ref.on(common, self._weights)
             if (
                 largest is None
                 or pair[0].value - pair[1].value > largest[0].value - largest[1].value
@@ -299,7 +298,14 @@ class StepSafeguard:
             return None  # a block missing from the pool: no decision on the others alone
         pooled = self._estimate(self._pool, theta)
         before = self._before
-        if before is None or pooled.fell_below(before, self.z_fall):
+        # a raise needs a fall clear on the rows' scale (near the optimum a full batch's exact
+        # loss still falls by 1e-9, which is progress but no reason for a larger step); a
+        # plateau needs no fall at all on the scale of the sampled losses, with the finite
+        # population correction (whole blocks: exact losses, and a slow fall is progress)
+        scale = 1.0 if self.search else self._unsampled
+        if before is None or pooled.corrected(scale).fell_below(
+            before.corrected(scale), self.z_fall
+        ):
             # a reference, or progress at this step: the next estimate starts afresh
             self._before, self._pool, self._pooled = pooled, self._zeros(), 0
             if before is None or not self.search:
