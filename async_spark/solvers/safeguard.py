@@ -56,7 +56,9 @@ variance-reduced updates converge at a constant step). Once the search has ended
 pooled test goes on: a pooled estimate clearly below the previous one means the run still
 progresses at this step; ``max_pool * patience`` windows (and ``max_pool * pool_rows`` rows)
 without one mean it has reached the ball of this step, which is then halved, and the next
-plateau is given twice as many windows.
+plateau is given twice as many windows. Only this test counts the finite population correction
+(``sample_fraction``): a result over a whole block carries the block's exact loss, and a slow
+fall of it is progress; the search's raises need a fall clear on the rows' spread.
 Halving the step as the phases double in length is the epoch schedule of Hazan & Kale ("Beyond
 the regret minimization barrier: optimal algorithms for stochastic strongly-convex
 optimization", JMLR 15, 2014), which attains the optimal O(1/T) rate for strongly convex
