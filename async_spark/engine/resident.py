@@ -18,8 +18,8 @@ waits at most ``submit_wait`` seconds, then fails. Heartbeats run both ways: the
 worker silent for ``silence_seconds``, and a worker whose driver is gone (closed connection,
 refused reconnection, or silence) returns, which ends its Spark task. If the whole job fails (e.g.
 ``local[N]`` retries nothing), it is launched again, at most ``max_relaunches`` times. A task
-whose blocks another task announces is told to exit, and so is a task of an earlier launch that
-outlived Spark's kill: two tasks never take turns at one block.
+whose blocks another task announces is told to exit, and so is a task of an earlier launch or
+attempt that outlived Spark's kill: two tasks never take turns at one block.
 
 Spark Connect: the launch is the DataFrame API only, so a Connect session (no SparkContext) runs
 the same job; the server then lives in the *client* process, which the executors must reach. It
@@ -1017,17 +1017,22 @@ class ResidentTransport(Transport):
             conn = _Conn(sock, peer, f, reader)
         except (TypeError, ValueError) as exc:
             raise BadHeader(f"bad hello: {exc}") from None
+        with self._lock:
+            replaced = {self._owners[b] for b in conn.blocks if b in self._owners}
         current = 1 if self._job is None else self._job.launches
-        if conn.launch < current:
-            # a task of a failed launch that Spark's kill did not reach: it must not take its
-            # blocks from the new launch's task, nor reconnect again and again
+        newer = [o for o in replaced if (o.launch, o.attempt) > (conn.launch, conn.attempt)]
+        if conn.launch < current or newer:
+            # a task of a failed launch, or an attempt Spark has retried, that Spark's kill did
+            # not reach: it must not take its blocks from the newer task, nor reconnect again
             try:
                 send_frame(sock, encode_frame("exit"))
             except OSError:
                 pass
-            raise BadHeader(f"{conn} is from launch {conn.launch} of {current}: told to exit")
-        with self._lock:
-            replaced = {self._owners[b] for b in conn.blocks if b in self._owners}
+            raise BadHeader(
+                f"{conn} is from launch {conn.launch} of {current}"
+                + (f", older than {newer[0]}" if newer else "")
+                + ": told to exit"
+            )
         exit_frame = encode_frame("exit")
         for old in replaced:
             # a task Spark retried (or a connection that broke) is superseded: told to exit, so

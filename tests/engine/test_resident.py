@@ -770,11 +770,12 @@ def test_the_job_is_launched_again_when_it_fails_and_the_run_goes_on(spark):
 
 
 @spark_only
-def _announce(transport, blocks, launch):
+def _announce(transport, blocks, launch, attempt=0, pid=1):
     """A raw peer that authenticates and announces ``blocks`` as a task of ``launch``."""
     s = socket.create_connection(transport.address, timeout=10)
     wire.client_handshake(s, transport._secret)
-    hello = {"run": transport.run_id, "blocks": blocks, "executor": "x", "pid": 1, "launch": launch}
+    hello = {"run": transport.run_id, "blocks": blocks, "executor": "x", "pid": pid}
+    hello.update(launch=launch, attempt=attempt)
     wire.send_frame(s, wire.encode_frame("hello", hello))
     return s
 
@@ -796,7 +797,7 @@ def _frames_until_close(sock):
 def test_a_superseded_task_and_a_task_of_an_earlier_launch_are_told_to_exit(spark, caplog):
     """Two tasks never take turns at one block: a task whose blocks another announces is told
     to exit (it would otherwise reconnect and take them back), and so is a task of an earlier
-    launch of the job, which takes nothing."""
+    launch of the job or an attempt Spark has retried, which take nothing."""
     _register_by_value()
     caplog.set_level(logging.WARNING, logger="async_spark.engine.resident")
     transport = ResidentTransport(spark, heartbeat_seconds=0.3, silence_seconds=3.0)
@@ -804,22 +805,25 @@ def test_a_superseded_task_and_a_task_of_an_earlier_launch_are_told_to_exit(spar
         for n, _ in enumerate(eng.results()):
             if n == 20:
                 break
-        first = _announce(transport, [0], launch=1)
+        first = _announce(transport, [0], launch=1, attempt=1)
         time.sleep(0.5)
-        second = _announce(transport, [0], launch=1)
+        second = _announce(transport, [0], launch=1, attempt=2, pid=2)
         assert "exit" in _frames_until_close(first)
-        stale = _announce(transport, [1], launch=0)
+        stale = _announce(transport, [1], launch=0, pid=3)
         assert _frames_until_close(stale)[:1] == ["exit"]
+        retried = _announce(transport, [0], launch=1, attempt=1, pid=4)  # Spark retried it
+        assert _frames_until_close(retried)[:1] == ["exit"]
         owners = {w["pid"]: w["blocks"] for w in transport.workers()}
-        assert owners.get(1) == [0] and sum(b == [1] for b in owners.values()) == 1, owners
+        assert owners.get(2) == [0] and sum(b == [1] for b in owners.values()) == 1, owners
         second.close()
         for n, r in enumerate(eng.results()):  # blocks 1-3 go on; block 0 lost its tasks
             assert r.block != 0 or n < 50
             if n == 200:
                 break
     text = "\n".join(r.getMessage() for r in caplog.records)
-    assert "its blocks were announced again by worker -1.0 on x (pid 1, blocks [0])" in text
-    assert "is from launch 0 of 1: told to exit" in text
+    assert "its blocks were announced again by worker -1.2 on x (pid 2, blocks [0])" in text
+    assert "(pid 3, blocks [1]) is from launch 0 of 1" in text
+    assert "(pid 4, blocks [0]) is from launch 1 of 1, older than worker -1.2" in text
 
 
 def test_stragglers_sleep_and_obsolete_stragglers_are_cancelled(spark):
