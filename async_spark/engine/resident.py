@@ -46,7 +46,7 @@ import threading
 import time
 import uuid
 from collections import Counter, OrderedDict, deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -91,6 +91,7 @@ _DELTA_MIN_SIZE = 1024  # smaller models always travel in full (a delta would sa
 _CORK_BELOW = 1 << 16  # tickets up to this size wait for the end of a batch(); larger go at once
 _EXIT_WAIT = 10.0  # seconds close() waits for the workers to leave before cancelling the job
 _LATE_EXIT_WAIT = 1.0  # the same when some task never connected (it would not hear "exit")
+_EXIT = tuple(encode_frame("exit"))  # what tells a worker to leave (immutable: sent as is)
 
 
 class _Conn:
@@ -582,9 +583,8 @@ class ResidentTransport(Transport):
                 conns = list(self._conns)
             for ticket, t0 in pending:
                 self._emit(ticket, TaskStatus.CANCELLED, None, t0)
-            exit_frame = encode_frame("exit")
             for conn in conns:
-                self._send(conn, exit_frame)
+                self._send(conn, _EXIT)
             job = self._job
             if job is not None and job.thread is not None:
                 log.debug("resident transport: %d workers told to exit", len(conns))
@@ -800,7 +800,7 @@ class ResidentTransport(Transport):
             return
         self._send(conn, encode_frame("cancel", {"id": ticket.task_id}))
 
-    def _send(self, conn: _Conn, parts: list[Any], lock_timeout: float = -1) -> bool:
+    def _send(self, conn: _Conn, parts: Sequence[Any], lock_timeout: float = -1) -> bool:
         if not conn.send_lock.acquire(timeout=lock_timeout):
             return False
         try:
@@ -1025,7 +1025,7 @@ class ResidentTransport(Transport):
             # a task of a failed launch, or an attempt Spark has retried, that Spark's kill did
             # not reach: it must not take its blocks from the newer task, nor reconnect again
             try:
-                send_frame(sock, encode_frame("exit"))
+                send_frame(sock, _EXIT)
             except OSError:
                 pass
             raise BadHeader(
@@ -1033,11 +1033,10 @@ class ResidentTransport(Transport):
                 + (f", older than {newer[0]}" if newer else "")
                 + ": told to exit"
             )
-        exit_frame = encode_frame("exit")
         for old in replaced:
             # a task Spark retried (or a connection that broke) is superseded: told to exit, so
             # that it does not reconnect and take its blocks back
-            self._send(old, exit_frame, lock_timeout=1.0)
+            self._send(old, _EXIT, lock_timeout=1.0)
             self._drop(old, f"its blocks were announced again by {conn}")
         with self._lock:
             if self._closing.is_set():
