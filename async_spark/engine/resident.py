@@ -28,16 +28,18 @@ the executors dial it, or the address given by ``advertise`` / ``spark.async_spa
 (NAT, port forwarding); the job carries a session tag, interrupted when the run ends or fails.
 
 This module is the driver's side (the job itself, launched and relaunched, is
-:mod:`.resident_job`'s); what runs in the executors is :mod:`.resident_worker`. See
+:mod:`.resident_job`'s; one connection, the options and the server's address are
+:mod:`.resident_conn`'s; the versions each worker holds, :mod:`.resident_versions`'s); what runs
+in the executors is :mod:`.resident_worker`. See
 ``docs/resident.md`` for the protocol, the security model and how to use it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import math
-import os
 import queue
 import secrets
 import selectors
@@ -45,19 +47,24 @@ import socket
 import threading
 import time
 import uuid
-from collections import Counter, OrderedDict, deque
+from collections import deque
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future
 from typing import Any
 
-import numpy as np
-
-from .checks import check_int, check_number
 from .core import TaskStatus, TaskTicket
-from .history import InlinePublisher
+from .history import InlinePublisher, InlineRef
+from .resident_conn import (
+    WorkerConnection,
+    advertised_address,
+    bind_host,
+    check_options,
+    no_worker_error,
+)
 from .resident_job import ResidentJob, configured_connect_timeout
-from .resident_worker import WorkerConfig, model_delta
+from .resident_versions import VersionLedger
+from .resident_worker import WorkerConfig
 from .stragglers import NO_DELAY
-from .tables import DriverTables
 from .task import (
     TaskFunction,
     TaskReport,
@@ -68,7 +75,6 @@ from .task import (
 from .transport import Outcome, TaskCall, Transport
 from .wire import (
     DEFAULT_MAX_BODY_BYTES,
-    DTYPES,
     BadHeader,
     ConnectionClosed,
     Frame,
@@ -84,46 +90,17 @@ from .wire import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ResidentTransport"]
+__all__ = ["ResidentTransport", "SideCallFailed"]
 
-_DELTA_DTYPES = frozenset(DTYPES.values())
-_DELTA_MIN_SIZE = 1024  # smaller models always travel in full (a delta would save little)
 _CORK_BELOW = 1 << 16  # tickets up to this size wait for the end of a batch(); larger go at once
 _EXIT_WAIT = 10.0  # seconds close() waits for the workers to leave before cancelling the job
 _LATE_EXIT_WAIT = 1.0  # the same when some task never connected (it would not hear "exit")
 _EXIT = tuple(encode_frame("exit"))  # what tells a worker to leave (immutable: sent as is)
 
 
-class _Conn:
-    """An authenticated worker connection, as the driver sees it."""
-
-    def __init__(
-        self, sock: socket.socket, peer: str, hello: dict[str, Any], reader: FrameReader
-    ) -> None:
-        self.sock = sock
-        self.peer = peer
-        self.reader = reader
-        self.blocks: tuple[int, ...] = tuple(hello["blocks"])
-        self.executor = str(hello.get("executor", peer))
-        self.pid = int(hello.get("pid", -1))
-        self.partition = int(hello.get("partition", -1))
-        self.attempt = int(hello.get("attempt", 0))
-        self.launch = int(hello.get("launch", 1))
-        self.send_lock = threading.Lock()
-        self.held: OrderedDict[int, None] = OrderedDict()  # mirror of the worker's versions
-        self.tables = DriverTables()  # mirror of its HeldRows tables (under the transport's lock)
-        self.in_flight: dict[int, tuple[TaskTicket, float]] = {}
-        self.last_seen = time.monotonic()
-        self.last_sent = time.monotonic()
-        self.closed = False
-        self.registered = False  # with the reader's selector
-        self.since = time.time()
-
-    def __str__(self) -> str:
-        return (
-            f"worker {self.partition}.{self.attempt} on {self.executor} "
-            f"(pid {self.pid}, blocks {list(self.blocks)})"
-        )
+class SideCallFailed(RuntimeError):
+    """A side call (:meth:`ResidentTransport.side_call`) did not return: its worker was lost,
+    the task failed or was cancelled, or the transport closed."""
 
 
 class _Outcomes:
@@ -163,42 +140,6 @@ class _Outcomes:
 
     def qsize(self) -> int:
         return len(self._ready)
-
-
-def _check_options(
-    *,
-    connect_timeout: Any,
-    start_grace: Any,
-    heartbeat_seconds: Any,
-    silence_seconds: Any,
-    reconnect_seconds: Any,
-    submit_wait: Any,
-    max_versions: Any,
-    max_frame_bytes: Any,
-    num_tasks: Any,
-    max_relaunches: Any,
-) -> None:
-    """The transport's options, each checked once: a ValueError names the option and its range."""
-    for name, value in (
-        ("connect_timeout", connect_timeout),
-        ("heartbeat_seconds", heartbeat_seconds),
-        ("silence_seconds", silence_seconds),
-        ("reconnect_seconds", reconnect_seconds),
-        ("submit_wait", submit_wait),
-    ):
-        check_number(name, value, strict=True)
-    if start_grace is not None:
-        check_number("start_grace (or None)", start_grace)
-    if not silence_seconds > heartbeat_seconds:
-        raise ValueError(
-            f"silence_seconds ({silence_seconds}) must exceed heartbeat_seconds "
-            f"({heartbeat_seconds})"
-        )
-    check_int("max_versions", max_versions, 1)
-    check_int("max_frame_bytes", max_frame_bytes, 1)
-    if num_tasks is not None:
-        check_int("num_tasks", num_tasks, 1)
-    check_int("max_relaunches", max_relaunches, 0)
 
 
 class ResidentTransport(Transport):
@@ -289,7 +230,7 @@ class ResidentTransport(Transport):
         self.connect = is_connect(spark)
         if connect_timeout is None:
             connect_timeout = configured_connect_timeout(spark, self.connect)
-        _check_options(
+        check_options(
             connect_timeout=connect_timeout,
             start_grace=start_grace,
             heartbeat_seconds=heartbeat_seconds,
@@ -330,12 +271,17 @@ class ResidentTransport(Transport):
         # it directly, not through the Condition's Python-level __enter__.
         self._mutex = threading.RLock()
         self._lock = threading.Condition(self._mutex)
-        self._owners: dict[int, _Conn] = {}
-        self._conns: set[_Conn] = set()
-        self._where: dict[int, _Conn | None] = {}  # task id -> its connection (None: pending)
+        self._owners: dict[int, WorkerConnection] = {}
+        self._conns: set[WorkerConnection] = set()
+        self._where: dict[
+            int, WorkerConnection | None
+        ] = {}  # task id -> its connection (None: pending)
         self._pending: dict[int, deque[tuple[TaskTicket, TaskCall, float]]] = {}
-        self._copies: dict[int, Any] = {}  # version -> driver copy, while a worker holds it
-        self._copy_refs: Counter[int] = Counter()
+        self._versions = VersionLedger(max_versions)  # what each worker holds; delta bases
+        # side calls: negative task ids (and model versions), outside the engine's accounting
+        self._side: dict[int, Future[Any]] = {}
+        self._side_ids = itertools.count(-1, -1)
+        self._started_fn: TaskFunction | None = None
         self._threads: list[threading.Thread] = []
         self._handshakes = threading.BoundedSemaphore(32)
         self.outcomes = _Outcomes(self)  # type: ignore[assignment]
@@ -344,7 +290,9 @@ class ResidentTransport(Transport):
         self._read_lock = threading.Lock()
         self._poller: int | None = None  # ident of the thread reading now
         self._selector: selectors.BaseSelector | None = None
-        self._changes: deque[tuple[str, _Conn]] = deque()  # (un)registrations for the reader
+        self._changes: deque[tuple[str, WorkerConnection]] = (
+            deque()
+        )  # (un)registrations for the reader
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
@@ -356,7 +304,6 @@ class ResidentTransport(Transport):
         self._job_error: str | None = None
         self._job: ResidentJob | None = None
         self.blocks_waiting_at_start = 0  # blocks without a worker when start() returned
-        self._counts = {"full": 0, "delta": 0, "held": 0}
         self._table_counts = {"full": 0, "held": 0, "commit": 0}
         self._ticket_bytes = 0
         self._ticket_writes = 0  # socket writes that carried tickets (batch() joins them)
@@ -391,14 +338,15 @@ class ResidentTransport(Transport):
             )
         self.run_name = run_name
         self.num_blocks = num_blocks
+        self._started_fn = fn
         self.num_tasks = min(num_blocks, self._num_tasks or self._parallelism(num_blocks))
-        host = self._bind_host()
+        host = bind_host(self.spark, self._host, self.connect)
         try:
             self._server = socket.create_server((host, 0), backlog=128)
             port = self._server.getsockname()[1]
             self._server.settimeout(0.5)
             self.address = (host, port)
-            self.advertised = self._advertised(host, port)
+            self.advertised = advertised_address(self.spark, self._advertise, host, port)
             self._secret = secrets.token_bytes(32)
             self.run_id = uuid.uuid4().hex
             cfg = WorkerConfig(
@@ -459,32 +407,6 @@ class ResidentTransport(Transport):
         except Exception:
             return num_blocks
 
-    def _bind_host(self) -> str:
-        from .connect import HOST_CONF, client_address, conf_value
-
-        host = self._host or conf_value(self.spark, HOST_CONF)
-        if host is None and self.connect:
-            host = client_address(self.spark)  # spark.driver.host is the server's, not ours
-        if host is None:
-            try:
-                host = self.spark.conf.get("spark.driver.host", None)
-            except Exception:
-                host = None
-            host = host or os.environ.get("SPARK_LOCAL_IP") or "127.0.0.1"
-        if host in ("", "0.0.0.0", "::", "[::]", "*"):
-            raise ValueError(
-                f"the resident transport listens only on a definite address, not {host!r}: set "
-                "spark.driver.host (or SPARK_LOCAL_IP) to this machine's address on the executors' "
-                "network, or give ResidentTransport(host=...)"
-            )
-        return host
-
-    def _advertised(self, host: str, port: int) -> tuple[str, int]:
-        from .connect import ADVERTISE_CONF, conf_value, parse_advertise
-
-        value = self._advertise or conf_value(self.spark, ADVERTISE_CONF)
-        return (host, port) if not value else parse_advertise(value, port)
-
     def _spawn(self, target: Any, name: str, *args: Any) -> threading.Thread:
         t = threading.Thread(target=target, name=name, args=args, daemon=True)
         t.start()
@@ -526,23 +448,10 @@ class ResidentTransport(Transport):
                     break
                 self._lock.wait(min(left, grace_left, 0.25))
             reached = len(self._owners)
-        host, port = self.advertised or self.address or ("?", 0)
-        if reached == 0 and self.connect:
-            bound = self.address or ("?", 0)
-            listening = "" if (host, port) == bound else f" (listening on {bound[0]}:{bound[1]})"
-            raise RuntimeError(
-                f"no resident task connected back to this Spark Connect client at {host}:{port}"
-                f"{listening} within {self.connect_timeout:.0f} s: the executors cannot reach the "
-                "client (or have no free slot); set spark.async_spark.resident.advertise="
-                "HOST[:PORT] (or SPARK_ASYNC_SPARK_RESIDENT_ADVERTISE) to an address of this "
-                "machine that the executors can reach, or run the client on the cluster's network"
-            )
         if reached == 0:
-            raise RuntimeError(
-                f"no resident task connected to the driver at {host}:{port} within "
-                f"{self.connect_timeout:.0f} s: the executors cannot reach it (or have no free "
-                "slot); set spark.driver.host (or SPARK_LOCAL_IP) to an address of this machine "
-                "that the executors can reach"
+            bound = self.address or ("?", 0)
+            raise no_worker_error(
+                self.advertised or bound, bound, self.connect, self.connect_timeout
             )
         log.warning(
             "resident transport: %d of %d blocks connected after %.0f s; the others are "
@@ -622,8 +531,10 @@ class ResidentTransport(Transport):
             self._wake_w.close()
             log.debug("resident transport: closed")
             with self._lock:
-                self._copies.clear()
-                self._copy_refs.clear()
+                self._versions.clear()
+                leftover = list(self._side)
+            for side_id in leftover:
+                self._settle_side(side_id, TaskStatus.CANCELLED, None, "transport closed")
         alive = [t.name for t in self._threads if t.is_alive()]
         if self._job is not None and self._job.alive():
             alive.append("async-spark-job")
@@ -657,7 +568,47 @@ class ResidentTransport(Transport):
             if self._take(ticket.task_id) is not None:
                 raise  # the engine fails the dispatch; nothing was sent
 
-    def _send_ticket(self, conn: _Conn, ticket: TaskTicket, call: TaskCall) -> None:
+    def side_call(self, block: int, model: Any, args: Any) -> Future[Any]:
+        """Run the task function once on ``block``'s worker, at ``model`` with ``args``, outside
+        the engine's accounting (no version of the run, no policy, no retry): a future of its
+        payload, failed with :class:`SideCallFailed` when the worker is lost, the task fails, the
+        block has no worker within ``submit_wait`` or the transport closes.
+
+        The worker runs it between the run's tickets, on the data it holds: how a run that stops
+        at a target objective evaluates its snapshots while training (the resident tasks hold the
+        executors' slots, so an evaluation job would wait for the run's end). The model travels
+        like a version (held, delta or full) under a negative version number of its own."""
+        fn = self._started_fn
+        if fn is None:
+            raise RuntimeError("side_call needs a started transport")
+        future: Future[Any] = Future()
+        side_id = next(self._side_ids)
+        with self._mutex:
+            self._side[side_id] = future
+        ticket = TaskTicket(block, side_id, side_id, -1, False)
+        call = TaskCall(fn, InlineRef(model), block, side_id, side_id, args, NO_DELAY)
+        try:
+            self.submit(ticket, call)
+        except (RuntimeError, UnsupportedValue) as exc:  # closed, or args that cannot travel
+            self._settle_side(side_id, TaskStatus.FAILED, None, str(exc))
+        if self._closed:  # close() may have swept before this call was in its tables
+            self._settle_side(side_id, TaskStatus.CANCELLED, None, "transport closed")
+        return future
+
+    def _settle_side(
+        self, side_id: int, status: TaskStatus, report: TaskReport | None, error: str | None
+    ) -> None:
+        with self._mutex:
+            future = self._side.pop(side_id, None)
+        if future is None:
+            return
+        if status is TaskStatus.OK and report is not None:
+            future.set_result(report.payload)
+        else:
+            why = error or status.name.lower()
+            future.set_exception(SideCallFailed(f"side call {side_id}: {why}"))
+
+    def _send_ticket(self, conn: WorkerConnection, ticket: TaskTicket, call: TaskCall) -> None:
         model = call.model_ref.value if call.model_ref is not None else None
         version = call.version
         fields: dict[str, Any] = {"id": ticket.task_id, "b": ticket.block, "v": version}
@@ -697,7 +648,7 @@ class ResidentTransport(Transport):
         if getattr(self._corked, "frames", None) is not None:
             yield
             return
-        frames: dict[_Conn, list[bytes]] = {}
+        frames: dict[WorkerConnection, list[bytes]] = {}
         self._corked.frames = frames
         try:
             yield
@@ -712,7 +663,7 @@ class ResidentTransport(Transport):
             self._ticket_writes += 1
 
     def _table_part(
-        self, conn: _Conn, ticket: TaskTicket, args: Any, fields: dict[str, Any]
+        self, conn: WorkerConnection, ticket: TaskTicket, args: Any, fields: dict[str, Any]
     ) -> tuple[Any, Any]:
         """The args to send (a HeldRows field emptied: the worker fills it from its table) and
         the table when the worker must get it in full; the instruction goes in ``fields``."""
@@ -727,63 +678,26 @@ class ResidentTransport(Transport):
         fields["s"] = instruction.to_header()
         return replace_field(args, i, None), table
 
-    def _model_part(self, conn: _Conn, version: int, model: Any) -> tuple[str, int | None, Any]:
-        """How ``version`` travels to this worker: ``held`` (it has it), a ``delta`` against the
-        newest version it holds (when smaller), or in ``full``."""
+    def _model_part(
+        self, conn: WorkerConnection, version: int, model: Any
+    ) -> tuple[str, int | None, Any]:
+        """How ``version`` travels to this worker (:class:`.resident_versions.VersionLedger`):
+        ``held``, a ``delta`` against the newest version it holds, or ``full``."""
         with self._mutex:
-            if version in conn.held:
-                return "held", None, None
-            base_version = next(reversed(conn.held)) if conn.held else None
-            base = None if base_version is None else self._copies.get(base_version)
-        if (
-            isinstance(model, np.ndarray)
-            and model.dtype in _DELTA_DTYPES
-            and model.size >= _DELTA_MIN_SIZE
-            and base_version is not None
-        ):
-            if (
-                isinstance(base, np.ndarray)
-                and base.shape == model.shape
-                and base.dtype == model.dtype
-            ):
-                delta = model_delta(base, model)
-                if delta is not None:
-                    return "delta", base_version, delta
-        return "full", None, model
+            held, base_version, base = self._versions.base(conn.held, version)
+        if held:
+            return "held", None, None
+        return self._versions.part(model, base_version, base)
 
     def _hold(
-        self, conn: _Conn, version: int, model: Any, mode: str, size: int, writes: int
+        self, conn: WorkerConnection, version: int, model: Any, mode: str, size: int, writes: int
     ) -> None:
         """Record that the worker now holds ``version`` (the same rule as its own store), and
         count the ticket's ``size`` in bytes and the socket ``writes`` it takes (0 or 1)."""
         with self._mutex:
-            self._counts[mode] += 1
             self._ticket_bytes += size
             self._ticket_writes += writes
-            if conn.closed:
-                return
-            if mode == "held":
-                conn.held.move_to_end(version)
-                return
-            conn.held[version] = None
-            if version not in self._copies:
-                # a copy of a model that deltas are computed against: the base must be what the
-                # worker holds, even if the caller later changes its array in place
-                self._copies[version] = (
-                    np.array(model, copy=True)
-                    if isinstance(model, np.ndarray) and model.size >= _DELTA_MIN_SIZE
-                    else None
-                )
-            self._copy_refs[version] = self._copy_refs.get(version, 0) + 1
-            while len(conn.held) > self.max_versions:
-                old, _ = conn.held.popitem(last=False)
-                self._unref_copy(old)
-
-    def _unref_copy(self, version: int) -> None:
-        self._copy_refs[version] -= 1
-        if self._copy_refs[version] <= 0:
-            del self._copy_refs[version]
-            self._copies.pop(version, None)
+            self._versions.hold(conn.held, version, model, mode, live=not conn.closed)
 
     def cancel(self, ticket: TaskTicket) -> None:
         with self._lock:
@@ -800,7 +714,7 @@ class ResidentTransport(Transport):
             return
         self._send(conn, encode_frame("cancel", {"id": ticket.task_id}))
 
-    def _send(self, conn: _Conn, parts: Sequence[Any], lock_timeout: float = -1) -> bool:
+    def _send(self, conn: WorkerConnection, parts: Sequence[Any], lock_timeout: float = -1) -> bool:
         if not conn.send_lock.acquire(timeout=lock_timeout):
             return False
         try:
@@ -853,6 +767,9 @@ class ResidentTransport(Transport):
         t0: float,
         error: str | None = None,
     ) -> None:
+        if ticket.task_id < 0:  # a side call: its future, not the engine's outcomes
+            self._settle_side(ticket.task_id, status, report, error)
+            return
         self.outcomes.put(Outcome(ticket, status, report, time.monotonic() - t0, error))
 
     # --- connections --------------------------------------------------------------------------
@@ -964,7 +881,7 @@ class ResidentTransport(Transport):
             self._poller = None
             self._read_lock.release()
 
-    def _read(self, conn: _Conn) -> None:
+    def _read(self, conn: WorkerConnection) -> None:
         try:
             frames = conn.reader.read(conn.sock)
         except ConnectionClosed as exc:
@@ -987,7 +904,7 @@ class ResidentTransport(Transport):
             if not self._handle(conn, frame):
                 return
 
-    def _handle(self, conn: _Conn, frame: Frame) -> bool:
+    def _handle(self, conn: WorkerConnection, frame: Frame) -> bool:
         try:
             self._on_frame(conn, frame.kind, frame.fields, frame.payload)
             return True
@@ -1001,7 +918,7 @@ class ResidentTransport(Transport):
 
     def _register(
         self, sock: socket.socket, peer: str, kind: str, f: dict[str, Any], reader: FrameReader
-    ) -> _Conn:
+    ) -> WorkerConnection:
         if kind != "hello":
             raise BadHeader(f"expected a hello, got {kind!r}")
         blocks = f.get("blocks")
@@ -1014,7 +931,7 @@ class ResidentTransport(Transport):
         ):
             raise BadHeader(f"hello announces bad blocks {str(blocks)[:80]}")
         try:
-            conn = _Conn(sock, peer, f, reader)
+            conn = WorkerConnection(sock, peer, f, reader)
         except (TypeError, ValueError) as exc:
             raise BadHeader(f"bad hello: {exc}") from None
         with self._lock:
@@ -1062,7 +979,7 @@ class ResidentTransport(Transport):
                     self._emit(ticket, TaskStatus.FAILED, None, taken[1], str(exc))
         return conn
 
-    def _on_frame(self, conn: _Conn, kind: str, f: dict[str, Any], payload: Any) -> None:
+    def _on_frame(self, conn: WorkerConnection, kind: str, f: dict[str, Any], payload: Any) -> None:
         if kind == "hb":
             return
         task_id = f.get("id")
@@ -1092,7 +1009,7 @@ class ResidentTransport(Transport):
         else:
             self._emit(ticket, TaskStatus.CANCELLED, None, t0)
 
-    def _drop(self, conn: _Conn, reason: str) -> int:
+    def _drop(self, conn: WorkerConnection, reason: str) -> int:
         """Forget a connection: its tickets in flight fail (are cancelled, when closing), its
         blocks wait for a new announcement. Returns how many tickets it failed."""
         with self._lock:
@@ -1107,9 +1024,7 @@ class ResidentTransport(Transport):
             conn.in_flight.clear()
             for ticket, _ in flights:
                 self._where.pop(ticket.task_id, None)
-            for version in conn.held:
-                self._unref_copy(version)
-            conn.held.clear()
+            self._versions.release(conn.held)
         closing = self._closing.is_set()
         if not closing:
             log.warning(
@@ -1176,12 +1091,12 @@ class ResidentTransport(Transport):
         ``copies_kept``: the versions copied on the driver while a worker holds them (the bases
         of deltas; at most ``max_versions`` per worker)."""
         with self._lock:
-            out = {f"model_{k}": v for k, v in self._counts.items()}
+            out = {f"model_{k}": v for k, v in self._versions.counts.items()}
             out["tickets"] = sum(out.values())
             out.update({f"table_{k}": v for k, v in self._table_counts.items()})
             out["ticket_bytes"] = self._ticket_bytes
             out["ticket_writes"] = self._ticket_writes
-            out["copies_kept"] = len(self._copies)
+            out["copies_kept"] = self._versions.copies_kept
         return out
 
     def workers(self) -> list[dict[str, Any]]:

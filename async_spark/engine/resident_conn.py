@@ -1,0 +1,149 @@
+"""The driver's side of one resident worker connection, the resident transport's options and
+where its server listens: the parts of :mod:`.resident` that hold no run state.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections import OrderedDict
+from typing import Any
+
+from .checks import check_int, check_number
+from .core import TaskTicket
+from .tables import DriverTables
+from .wire import FrameReader
+
+__all__ = [
+    "WorkerConnection",
+    "advertised_address",
+    "bind_host",
+    "check_options",
+    "no_worker_error",
+]
+
+
+class WorkerConnection:
+    """An authenticated worker connection, as the driver sees it."""
+
+    def __init__(
+        self, sock: socket.socket, peer: str, hello: dict[str, Any], reader: FrameReader
+    ) -> None:
+        self.sock = sock
+        self.peer = peer
+        self.reader = reader
+        self.blocks: tuple[int, ...] = tuple(hello["blocks"])
+        self.executor = str(hello.get("executor", peer))
+        self.pid = int(hello.get("pid", -1))
+        self.partition = int(hello.get("partition", -1))
+        self.attempt = int(hello.get("attempt", 0))
+        self.launch = int(hello.get("launch", 1))
+        self.send_lock = threading.Lock()
+        self.held: OrderedDict[int, None] = OrderedDict()  # mirror of the worker's versions
+        self.tables = DriverTables()  # mirror of its HeldRows tables (under the transport's lock)
+        self.in_flight: dict[int, tuple[TaskTicket, float]] = {}
+        self.last_seen = time.monotonic()
+        self.last_sent = time.monotonic()
+        self.closed = False
+        self.registered = False  # with the reader's selector
+        self.since = time.time()
+
+    def __str__(self) -> str:
+        return (
+            f"worker {self.partition}.{self.attempt} on {self.executor} "
+            f"(pid {self.pid}, blocks {list(self.blocks)})"
+        )
+
+
+def check_options(
+    *,
+    connect_timeout: Any,
+    start_grace: Any,
+    heartbeat_seconds: Any,
+    silence_seconds: Any,
+    reconnect_seconds: Any,
+    submit_wait: Any,
+    max_versions: Any,
+    max_frame_bytes: Any,
+    num_tasks: Any,
+    max_relaunches: Any,
+) -> None:
+    """The transport's options, each checked once: a ValueError names the option and its range."""
+    for name, value in (
+        ("connect_timeout", connect_timeout),
+        ("heartbeat_seconds", heartbeat_seconds),
+        ("silence_seconds", silence_seconds),
+        ("reconnect_seconds", reconnect_seconds),
+        ("submit_wait", submit_wait),
+    ):
+        check_number(name, value, strict=True)
+    if start_grace is not None:
+        check_number("start_grace (or None)", start_grace)
+    if not silence_seconds > heartbeat_seconds:
+        raise ValueError(
+            f"silence_seconds ({silence_seconds}) must exceed heartbeat_seconds "
+            f"({heartbeat_seconds})"
+        )
+    check_int("max_versions", max_versions, 1)
+    check_int("max_frame_bytes", max_frame_bytes, 1)
+    if num_tasks is not None:
+        check_int("num_tasks", num_tasks, 1)
+    check_int("max_relaunches", max_relaunches, 0)
+
+
+def bind_host(spark: Any, host: str | None, connect: bool) -> str:
+    """The address the server listens on: ``host``, else ``spark.async_spark.resident.host``,
+    else the client's address towards the server on a Spark Connect session (``connect``), else
+    ``spark.driver.host`` (or ``SPARK_LOCAL_IP``, or loopback). Never a wildcard address."""
+    from .connect import HOST_CONF, client_address, conf_value
+
+    host = host or conf_value(spark, HOST_CONF)
+    if host is None and connect:
+        host = client_address(spark)  # spark.driver.host is the server's, not ours
+    if host is None:
+        try:
+            host = spark.conf.get("spark.driver.host", None)
+        except Exception:
+            host = None
+        host = host or os.environ.get("SPARK_LOCAL_IP") or "127.0.0.1"
+    if host in ("", "0.0.0.0", "::", "[::]", "*"):
+        raise ValueError(
+            f"the resident transport listens only on a definite address, not {host!r}: set "
+            "spark.driver.host (or SPARK_LOCAL_IP) to this machine's address on the executors' "
+            "network, or give ResidentTransport(host=...)"
+        )
+    return host
+
+
+def advertised_address(spark: Any, advertise: str | None, host: str, port: int) -> tuple[str, int]:
+    """What the workers dial: ``advertise`` or ``spark.async_spark.resident.advertise`` when set
+    (NAT, forwarding), else where the server listens."""
+    from .connect import ADVERTISE_CONF, conf_value, parse_advertise
+
+    value = advertise or conf_value(spark, ADVERTISE_CONF)
+    return (host, port) if not value else parse_advertise(value, port)
+
+
+def no_worker_error(
+    dialed: tuple[str, int], bound: tuple[str, int], connect: bool, seconds: float
+) -> RuntimeError:
+    """The one-line error when no resident task connected within ``seconds``: what the
+    executors could not reach and what to set."""
+    host, port = dialed
+    if connect:
+        listening = "" if dialed == bound else f" (listening on {bound[0]}:{bound[1]})"
+        return RuntimeError(
+            f"no resident task connected back to this Spark Connect client at {host}:{port}"
+            f"{listening} within {seconds:.0f} s: the executors cannot reach the "
+            "client (or have no free slot); set spark.async_spark.resident.advertise="
+            "HOST[:PORT] (or SPARK_ASYNC_SPARK_RESIDENT_ADVERTISE) to an address of this "
+            "machine that the executors can reach, or run the client on the cluster's network"
+        )
+    return RuntimeError(
+        f"no resident task connected to the driver at {host}:{port} within "
+        f"{seconds:.0f} s: the executors cannot reach it (or have no free "
+        "slot); set spark.driver.host (or SPARK_LOCAL_IP) to an address of this machine "
+        "that the executors can reach"
+    )
