@@ -94,8 +94,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--momentum-damping",
         type=parse_float,
-        default=0.0,
-        help="c >= 0: asynchronous momentum uses beta / (1 + c * staleness)",
+        default=None,
+        help="c >= 0: asynchronous momentum uses beta / (1 + c * staleness) (default: 1 for ahb "
+        "with an automatic step, else 0)",
     )
     p.add_argument(
         "--momentum-restart",

@@ -87,7 +87,8 @@ def _is_parquet(path: str) -> bool:
 CSV_HELP = (
     "CSV is not a supported format; convert it to LIBSVM, e.g. in Python: "
     "df = pandas.read_csv(PATH); sklearn.datasets.dump_svmlight_file(df.drop(columns='label'), "
-    "df['label'], 'data.svm'), or to Parquet with a vector column (docs/quickstart.md, "
+    "df['label'], 'data.svm', zero_based=False), or to Parquet with a vector column "
+    "(docs/quickstart.md, "
     "'Your own data')"
 )
 

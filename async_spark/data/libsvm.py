@@ -220,7 +220,11 @@ def parse_libsvm_bytes(
     indices = idx_num.astype(np.int64)
     bad = np.flatnonzero(indices < 1)
     if bad.size:
-        raise fail_token(int(feat_tok[bad[0]]), "feature index must be >= 1 (indices are 1-based)")
+        raise fail_token(
+            int(feat_tok[bad[0]]),
+            "feature index must be >= 1 (indices are 1-based: scikit-learn's dump_svmlight_file "
+            "writes them so with zero_based=False)",
+        )
     if num_features is not None:
         bad = np.flatnonzero(indices > num_features)
         if bad.size:

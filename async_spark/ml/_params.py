@@ -231,7 +231,8 @@ class _AsyncLinearParams(_PredictorParams, HasRegParam, HasElasticNetParam, HasS
         Params._dummy(),
         "momentumDamping",
         "c >= 0: asynchronous momentum (ahb/aag/aapg) uses beta / (1 + c * staleness) for a "
-        "stale result (0.0 = undamped).",
+        "stale result (0.0 = undamped; default None: the method's, 1 for ahb with an automatic "
+        "stepSize, else 0).",
         typeConverter=_checked("momentum_damping", _to_float, _number(strict=False)),
     )
     momentumRestart: Param[bool] = Param(
@@ -365,7 +366,7 @@ class _AsyncLinearParams(_PredictorParams, HasRegParam, HasElasticNetParam, HasS
             method="asaga",
             stepSize=0.0,
             momentum=0.0,
-            momentumDamping=0.0,
+            momentumDamping=None,
             momentumRestart=True,
             stepSafeguard=True,
             regParam=0.0,
@@ -398,7 +399,7 @@ class _AsyncLinearParams(_PredictorParams, HasRegParam, HasElasticNetParam, HasS
     def getMomentum(self) -> float:
         return self.getOrDefault(self.momentum)
 
-    def getMomentumDamping(self) -> float:
+    def getMomentumDamping(self) -> float | None:
         return self.getOrDefault(self.momentumDamping)
 
     def getMomentumRestart(self) -> bool:

@@ -72,7 +72,9 @@ class TrainConfig:
     step_safeguard: bool = True  # lower the step when the tasks' sampled losses rise
     step_rule: str | None = None  # default: constant (saga; sgd with an automatic step), sqrt
     momentum: float | None = None  # beta for hb/ag/apg with an explicit --step
-    momentum_damping: float = 0.0  # beta / (1 + c * staleness) for asynchronous momentum
+    # beta / (1 + c * staleness) for asynchronous momentum; None: the method's default (1 for ahb
+    # with an automatic step, else 0: methods.Method.damping)
+    momentum_damping: float | None = None
     # the gradient restart of synchronous ag/apg with an automatic step (solvers.methods)
     momentum_restart: bool = True
     # the fraction of its block a task samples; None: the method's default (0.1 for SAGA, the
@@ -127,8 +129,9 @@ class TrainConfig:
                     "step_rule",
                     f"applies to the methods without momentum, not {escape(str(self.method))}",
                 )
-        # its range for every method: the default 0.0 is the only value the others take
-        check_number("momentum_damping", self.momentum_damping, strict=False)
+        # its range for every method (a synchronous or momentum-free method ignores it)
+        if self.momentum_damping is not None:
+            check_number("momentum_damping", self.momentum_damping, strict=False)
         self._validate_momentum()
         self._validate_line_search()
         if self.batch_fraction is not None:
@@ -256,10 +259,16 @@ class TrainConfig:
         return dataclasses.replace(self, partitions=default_parallelism(spark))
 
     def for_method(self) -> TrainConfig:
-        """This config with ``batch_fraction`` set: as given, else the method's default."""
-        if self.batch_fraction is not None:
-            return self
-        return dataclasses.replace(self, batch_fraction=METHODS[self.method].family.batch_fraction)
+        """This config with ``batch_fraction`` and ``momentum_damping`` set: as given, else the
+        method's defaults (the damping only with an automatic step: an explicit ``step`` and
+        ``momentum`` are the plain method the user asked for)."""
+        row = METHODS[self.method]
+        given: dict[str, Any] = {}
+        if self.batch_fraction is None:
+            given["batch_fraction"] = row.family.batch_fraction
+        if self.momentum_damping is None:
+            given["momentum_damping"] = row.damping if self.step == "auto" else 0.0
+        return dataclasses.replace(self, **given) if given else self
 
     def open_data(self) -> tuple[Any, Any]:
         """The run's dataset as ``(BlockSource, DatasetDescriptor)`` (see ``open_dataset``);

@@ -19,9 +19,9 @@ from async_spark.data.blocks import BlockSource
 from async_spark.data.frame import frame_loss_sums, frame_of
 from async_spark.models.linear import LinearModel, regularizer
 
-from .worker import snapshot_losses
+from .worker import BlockLossArgs, snapshot_losses
 
-__all__ = ["Evaluator"]
+__all__ = ["EvaluationUnavailable", "Evaluator", "WorkerEvaluator"]
 
 _MAX_BROADCAST_BYTES = 64 * 2**20
 _MAX_CLOSURE_BYTES = 16 * 2**20  # Connect: the snapshots travel in the plan (a gRPC message)
@@ -137,3 +137,50 @@ class _ArrowLosses:
                 },
                 schema=pa.schema([("rows", pa.int64()), ("sums", pa.binary())]),
             )
+
+
+class EvaluationUnavailable(RuntimeError):
+    """A snapshot could not be evaluated now (a worker lost, the run ending): the side evaluator
+    skips it and the evaluation after training covers it."""
+
+
+class WorkerEvaluator:
+    """Objective values computed by a resident run's own workers, on the blocks they hold
+    (:meth:`~async_spark.engine.resident.ResidentTransport.side_call`, one side task per block).
+
+    What a run on the resident transport uses to stop at a target objective while it trains: its
+    tasks hold the executors' slots, so an evaluation job (:class:`Evaluator`) would only run
+    once training ends. The blocks' loss sums are added in block order, as :class:`Evaluator`
+    does, so both give the same value for a snapshot.
+    """
+
+    def __init__(self, transport: Any, model: LinearModel, n: int, num_blocks: int) -> None:
+        self.transport = transport
+        self.model = model
+        self.n = n
+        self.num_blocks = num_blocks
+        # a side task waits behind at most the run's task on its block, or for a lost block's
+        # worker until the transport gives up on it
+        self.timeout = float(getattr(transport, "submit_wait", 30.0)) + 30.0
+
+    def objectives(self, thetas: np.ndarray | list[np.ndarray]) -> np.ndarray:
+        from async_spark.engine.resident import SideCallFailed
+
+        thetas = np.atleast_2d(np.asarray(thetas, dtype=np.float64))
+        out = np.zeros(len(thetas))
+        for k, theta in enumerate(thetas):
+            calls = [
+                self.transport.side_call(b, theta, BlockLossArgs()) for b in range(self.num_blocks)
+            ]
+            try:
+                parts = [call.result(self.timeout) for call in calls]
+            except (SideCallFailed, TimeoutError) as exc:
+                raise EvaluationUnavailable(
+                    f"snapshot not evaluated by the workers: {exc}"
+                ) from exc
+            rows = sum(int(r) for _, r in parts)
+            if rows != self.n:
+                raise RuntimeError(f"evaluation saw {rows} rows, the dataset has {self.n}")
+            loss = float(np.sum([float(s) for s, _ in parts]))
+            out[k] = loss / self.n + regularizer(self.model, theta)
+        return out

@@ -50,7 +50,7 @@ from async_spark.reporting.progress import TrainingProgress
 
 from .checkpoint import Checkpoint, check_compatible, save_checkpoint, state_from_parts
 from .config import TrainConfig
-from .evaluate import Evaluator
+from .evaluate import Evaluator, WorkerEvaluator
 from .loop import Current, Limits, LoopEnd, Messages, run_updates
 from .methods import Dispatch, Method, Problem, Setup, StepChoice, method
 from .recording import Recorder, RunRecord
@@ -309,7 +309,7 @@ def _step_and_rule(
         step=config.step,
         step_rule=config.step_rule,
         momentum=config.momentum,
-        momentum_damping=config.momentum_damping,
+        momentum_damping=cast(float, config.for_method().momentum_damping),
         batch_fraction=_fraction(config, row),
         synchronous=row.synchronous,
         max_delay=config.max_delay(desc.num_blocks),
@@ -436,15 +436,32 @@ def _evaluator(spark: Any, problem: Problem) -> Evaluator:
     )
 
 
+def _side_evaluation(
+    engine: Any, recorder: Recorder, problem: Problem, config: TrainConfig
+) -> None:
+    """A run that stops at a target objective on the resident transport evaluates its snapshots
+    on its own workers: its tasks hold the executors' slots, so an evaluation job would wait
+    until training ends and the run would never see its target."""
+    from async_spark.engine.resident import ResidentTransport
+
+    transport = getattr(engine, "transport", None)
+    if config.target_objective is None or not isinstance(transport, ResidentTransport):
+        return
+    recorder.evaluate_side_with(
+        WorkerEvaluator(transport, problem.model, problem.desc.n, problem.desc.num_blocks)
+    )
+
+
 def _recorder(
     config: TrainConfig,
-    evaluator: Evaluator,
+    spark: Any,
+    problem: Problem,
     theta: np.ndarray,
     resume: Checkpoint | None,
     now: float,
 ) -> Recorder:
     return Recorder(
-        evaluator,
+        _evaluator(spark, problem),
         eval_every=config.eval_every,
         initial_theta=theta,
         target_objective=config.target_objective,
@@ -568,7 +585,6 @@ def train_linear(
     task = LinearTask(source, worker_model, config.seed, family.computation)
     messages = Messages(family, row.synchronous)
     task_args = _TaskArgs(family, task, current, messages, cast(float, config.batch_fraction))
-    evaluator = _evaluator(spark, problem)
     run_name = f"{config.method}-{desc.dataset_id[:24]}"
     make_engine = _engine_maker(
         config, desc, task_args, stragglers, resume, engine_factory, run_name
@@ -578,11 +594,12 @@ def train_linear(
     if engine_factory is None:
         chosen = transport if transport is not None else _transport(spark, config, source)
     engine = task_args.engine = make_engine(chosen)
-    recorder = _recorder(config, evaluator, current.theta, resume, engine.elapsed())
+    recorder = _recorder(config, spark, problem, current.theta, resume, engine.elapsed())
     updates = 0 if resume is None else resume.updates
     bar = _progress_bar(config, run_name, updates, engine.elapsed(), progress)
     try:
         engine = task_args.engine = _start(engine, make_engine, spark, config)
+        _side_evaluation(engine, recorder, problem, config)
         setup_seconds = time.perf_counter() - called
         checkpoint = functools.partial(
             _write_checkpoint, config, desc, engine, current, recorder, safeguard
@@ -672,7 +689,8 @@ def _result(
     momentum = {}
     if row.momentum:
         ended = {"final_beta": current.rule.beta, "restart": current.rule.restart}
-        momentum = {**step.info, "damping": config.momentum_damping, **ended}
+        damping = config.for_method().momentum_damping
+        momentum = {**step.info, "damping": damping, **ended}
     return TrainResult(
         config=config,
         descriptor=problem.desc,

@@ -465,10 +465,21 @@ class Method:
     family: Family = field(compare=False)
     synchronous: bool
     momentum: bool = False  # takes --momentum / --momentum-damping
+    # the momentum damping c (beta / (1 + c * staleness)) of an automatic step: ASYNC_DAMPING
+    damping: float = 0.0
 
     @property
     def computation(self) -> str:
         return self.family.computation
+
+
+#: The default momentum damping of an asynchronous momentum method with an automatic step. Heavy
+#: ball's tuning (alpha = 4 / (sqrt L + sqrt mu)^2, at the edge of its stability) oscillates with
+#: stale gradients: asynchrony adds momentum of its own, about 1 - 1/P with P workers (Mitliagkas,
+#: Zhang, Hadjis & Re, "Asynchrony begets momentum", Allerton 2016), so the explicit momentum is
+#: lowered to beta / (1 + tau), about beta / P at the mean staleness P - 1: for beta near 1 that
+#: is their beta - (1 - 1/P). AG's step 1/L leaves room, and damping did not help aag (docs/steps.md).
+ASYNC_DAMPING: dict[str, float] = {"hb": 1.0}
 
 
 def _rows() -> dict[str, Method]:
@@ -480,7 +491,8 @@ def _rows() -> dict[str, Method]:
     ]
     for rule in MOMENTUM_RULES:
         rows.append(Method(rule, MomentumFamily(rule), True, momentum=True))
-        rows.append(Method("a" + rule, MomentumFamily(rule), False, momentum=True))
+        damping = ASYNC_DAMPING.get(rule, 0.0)
+        rows.append(Method("a" + rule, MomentumFamily(rule), False, momentum=True, damping=damping))
     rows.append(Method("dcasgd", DCASGDFamily(), False))
     rows.append(Method("lbfgs", LBFGSFamily(), True))
     return {m.name: m for m in rows}

@@ -19,7 +19,7 @@ import numpy as np
 
 from async_spark.engine.columns import Columns
 
-from .evaluate import Evaluator
+from .evaluate import EvaluationUnavailable, Evaluator, WorkerEvaluator
 
 __all__ = ["Recorder", "RunRecord", "SnapshotEvaluator", "TraceView"]
 
@@ -29,7 +29,7 @@ MAX_SNAPSHOTS = 400  # snapshots kept in memory for evaluation (decimated beyond
 class SnapshotEvaluator:
     """Evaluates snapshots in a side thread to stop at a target objective (newest first)."""
 
-    def __init__(self, evaluator: Evaluator, target: float) -> None:
+    def __init__(self, evaluator: Evaluator | WorkerEvaluator, target: float) -> None:
         self.evaluator = evaluator
         self.target = target
         self.reached = threading.Event()
@@ -59,6 +59,8 @@ class SnapshotEvaluator:
             index, theta = item
             try:
                 value = float(self.evaluator.objectives(theta[None, :])[0])
+            except EvaluationUnavailable:
+                continue  # evaluated after training instead
             except BaseException as exc:  # noqa: BLE001 - reported by the training loop
                 self.error = exc
                 self.reached.set()
@@ -243,6 +245,13 @@ class Recorder:
         if due:
             self.last_checkpoint = now
         return due
+
+    def evaluate_side_with(self, evaluator: WorkerEvaluator) -> None:
+        """Evaluate the snapshots during training with ``evaluator`` (a resident run's workers),
+        before the first one is taken; after training, :meth:`finish` still uses the run's
+        evaluation job."""
+        if self.side is not None:
+            self.side.evaluator = evaluator
 
     def target_reached(self) -> bool:
         """Whether the side evaluator saw the target (re-raises its error)."""

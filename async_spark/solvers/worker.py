@@ -42,6 +42,7 @@ from async_spark.optim._validate import check_fraction
 
 __all__ = [
     "COMPUTATIONS",
+    "BlockLossArgs",
     "LinearTask",
     "TaskArgs",
     "gradient_sum",
@@ -172,6 +173,14 @@ class TaskArgs(NamedTuple):
     extra: Any = None
 
 
+class BlockLossArgs(NamedTuple):
+    """Args of a side task (:meth:`~async_spark.engine.resident.ResidentTransport.side_call`):
+    the loss sum of the whole block at the model, no gradient — a snapshot's evaluation by the
+    worker that holds the block."""
+
+    whole_block_loss: bool = True
+
+
 @dataclass(frozen=True)
 class LinearTask:
     """The task function of a linear run: ``task(block, theta, args) -> (payload, loss_stats)``.
@@ -202,6 +211,9 @@ class LinearTask:
 
     def __call__(self, block_index: int, theta: np.ndarray, args: TaskArgs) -> Any:
         block = get_block(self.source, block_index)
+        # by field, not class: named tuples arrive over the resident wire as look-alikes
+        if getattr(args, "whole_block_loss", False):
+            return block_loss_sum(self.model, block, theta), block.rows
         sample = _sampled(block, self.sample(block_index, args, block.rows))
         payload, losses = COMPUTATIONS[self.computation](self.model, sample, theta, args.extra)
         return payload, loss_stats(losses)

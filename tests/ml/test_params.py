@@ -205,8 +205,8 @@ def test_train_config_from_params():
     assert (asaga.step_safeguard, asaga.momentum_restart, asaga.momentum_damping) == (
         True,
         True,
-        0.0,
-    )  # the CLI's defaults
+        None,
+    )  # the CLI's defaults (None: the method's damping)
 
 
 @pytest.mark.parametrize(

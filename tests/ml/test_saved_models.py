@@ -26,7 +26,7 @@ ADDED = {
     "transport": "resident",
     "stepSafeguard": True,
     "momentumRestart": True,
-    "momentumDamping": 0.0,
+    "momentumDamping": None,
 }
 # Defaults changed since: a loaded Estimator keeps the default it was saved with (pyspark restores
 # the saved defaultParamMap: test_an_old_estimator_loads_with_its_params), a new one writes today's.

@@ -127,9 +127,13 @@ def test_staleness_damping_stabilizes_asynchronous_heavy_ball():
 
     plain, summary, info = run(0.0)
     damped, _, _ = run(2.0)
+    default, _, default_info = run(None)
     assert info["kappa"] > 100 and summary["mean_staleness"] > 3  # 8 in flight: about 7
     assert plain > 0.3  # tuned heavy ball with stale gradients oscillates far from 0.0996
     assert damped < 0.11  # damped by staleness it converges (optimum 0.0996)
+    # ahb's default with an automatic step damps by 1 + tau (methods.ASYNC_DAMPING)
+    assert default_info["damping"] == 1.0 and info["damping"] == 0.0
+    assert default < 0.11, default
     assert summary["step_safeguard"] is None
     # The step safeguard (on by default) sees the sampled losses rise and lowers the step.
     # Three halvings in the runs seen (1.08 -> 0.135), each after a window of results rose.
@@ -139,6 +143,22 @@ def test_staleness_damping_stabilizes_asynchronous_heavy_ball():
     assert lowered and guarded < 0.103, (guarded, lowered)
     assert summary["step_safeguard"]["final_step"] < summary["step"]
     assert all(c["window_objective"] > c["best_objective"] for c in lowered)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "damping"),
+    [
+        (dict(method="ahb"), 1.0),  # an automatic step: the method's default
+        (dict(method="ahb", step=0.1, momentum=0.5), 0.0),  # the plain method asked for
+        (dict(method="ahb", momentum_damping=0.0), 0.0),  # as given
+        (dict(method="ahb", momentum_damping=3.0), 3.0),
+        (dict(method="aag"), 0.0),
+        (dict(method="hb"), 0.0),  # synchronous: no staleness to damp
+        (dict(method="asaga"), 0.0),
+    ],
+)
+def test_the_momentum_damping_default_is_the_methods(kwargs, damping):
+    assert TrainConfig(**kwargs).validate().for_method().momentum_damping == damping
 
 
 @pytest.mark.parametrize(

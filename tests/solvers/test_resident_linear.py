@@ -81,3 +81,55 @@ def test_default_partitions_are_the_sessions_task_slots(spark):
     assert train_linear(cfg).descriptor.num_blocks == 8
     explicit = TrainConfig(**{**cfg.as_dict(), "partitions": 3})
     assert train_linear(explicit, spark=spark).descriptor.num_blocks == 3
+
+
+def _f_star(cancer, l2):
+    from sklearn.linear_model import LogisticRegression
+
+    from async_spark.models.linear import LinearModel, objective, pack_params
+
+    blocks = [cancer[0].load(p) for p in range(cancer[1].num_blocks)]
+    X = np.vstack([b.X for b in blocks])
+    y = np.concatenate([b.y for b in blocks])
+    sk = LogisticRegression(C=1.0 / (len(y) * l2), tol=1e-12, max_iter=10_000).fit(X, y)
+    model = LinearModel("logistic", X.shape[1], l2=l2)
+    return objective(model, pack_params(model, sk.coef_[0], sk.intercept_[0]), blocks)
+
+
+def test_a_resident_run_stops_at_its_target_while_its_tasks_hold_every_slot(spark, cancer):
+    """4 resident tasks fill local[4]'s 4 slots, so an evaluation job would start only once
+    training ends (the run went on to its time budget, reporting a time to target it had not
+    stopped at): the workers evaluate the snapshots themselves."""
+    target = _f_star(cancer, 1e-2) * 1.01
+    result = train_linear(
+        _cfg(method="asaga", time_budget=60.0, target_objective=target, eval_every=0.1),
+        spark=spark,
+        dataset=cancer,
+    )
+    assert result.stopped_by == "target_objective", result.summary()
+    assert result.wall_seconds < 30.0
+    assert result.time_to_target is not None and result.time_to_target <= result.wall_seconds
+    reached = [f for t, _, f in result.snapshots if t <= result.time_to_target]
+    assert min(reached) <= target
+
+
+def test_the_workers_evaluate_a_snapshot_exactly_as_the_evaluation_job_does(spark, cancer):
+    from async_spark.engine.resident import ResidentTransport
+    from async_spark.models.linear import LinearModel
+    from async_spark.solvers.evaluate import EvaluationUnavailable, Evaluator, WorkerEvaluator
+    from async_spark.solvers.worker import LinearTask
+
+    source, desc = cancer
+    model = LinearModel("logistic", desc.d, l2=1e-2)
+    thetas = np.random.default_rng(0).standard_normal((3, model.num_params))
+    transport = ResidentTransport(spark, task_fn=LinearTask(source, model, seed=0))
+    transport.start(desc.num_blocks, desc.num_blocks, "side-calls")
+    try:
+        by_workers = WorkerEvaluator(transport, model, desc.n, desc.num_blocks).objectives(thetas)
+        assert transport.stats["tickets"] == 3 * desc.num_blocks
+    finally:
+        transport.close()
+    by_job = Evaluator(source, model, desc.n, sc=spark.sparkContext).objectives(thetas)
+    np.testing.assert_array_equal(by_workers, by_job)  # the same sums, in the same order
+    with pytest.raises(EvaluationUnavailable, match="closed"):
+        WorkerEvaluator(transport, model, desc.n, desc.num_blocks).objectives(thetas[:1])
