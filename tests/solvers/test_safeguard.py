@@ -330,7 +330,7 @@ def test_restore_keeps_an_ended_search_ended():
 
 
 def test_a_resumed_run_keeps_the_lowered_step(tmp_path):
-    """Asynchronous heavy ball at its tuned step oscillates on 8 stale blocks (see
+    """Asynchronous heavy ball at its tuned step, undamped, oscillates on 8 stale blocks (see
     test_momentum_engine): the safeguard lowers the step; a resume must not start over from the
     step that oscillated."""
     from async_spark.data.dataset import open_dataset
@@ -339,7 +339,8 @@ def test_a_resumed_run_keeps_the_lowered_step(tmp_path):
 
     data = open_dataset("builtin:breast_cancer", 8, standardize=True, loss="logistic")
     common = dict(
-        data="x", method="ahb", partitions=8, batch_fraction=1.0, l2=1e-2, quiet=True,
+        data="x", method="ahb", momentum_damping=0.0, partitions=8, batch_fraction=1.0,
+        l2=1e-2, quiet=True,
         out=str(tmp_path), checkpoint_every=50, eval_every=1e9,
     )  # fmt: skip
     first = train_linear(TrainConfig(max_updates=300, **common), dataset=data)
