@@ -239,3 +239,22 @@ def test_train_runs_dcasgd_and_summarizes_it(spark, tmp_path, capsys):
     assert summary["policy"] != "sync"  # DC-ASGD is asynchronous
     stdout = capsys.readouterr().out
     assert stdout.splitlines()[1].startswith("dcasgd ") and 'RESULT {"dcasgd": ' in stdout
+
+
+def test_a_run_that_ends_above_its_start_is_named():
+    """An explicit step far too large for raw breast cancer: the safeguard lowers it but the
+    run still ends far above where it started; the CLI says so (exit 0 alone hid it)."""
+    from async_spark.cli.train import worse_than_start
+    from async_spark.solvers import TrainConfig, train_linear
+
+    common = dict(
+        data="builtin:breast_cancer", method="sgd", partitions=2, max_updates=200, quiet=True,
+        eval_every=1e9,
+    )  # fmt: skip
+    bad = train_linear(TrainConfig(step=1000.0, standardize=False, **common))
+    line = worse_than_start(bad)
+    assert bad.final_objective > bad.snapshots[0][2]
+    assert line is not None and "ended above its starting objective" in line
+    assert "a smaller --step than 1000" in line
+    good = train_linear(TrainConfig(**common))
+    assert good.final_objective < good.snapshots[0][2] and worse_than_start(good) is None

@@ -459,10 +459,34 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def print_results(rows: list[dict[str, Any]], results: list[Any]) -> None:
-    """The table of ``rows`` (the runs' summaries) and, for two runs, their common target."""
+    """The table of ``rows`` (the runs' summaries) and, for two runs, their common target; a
+    run that ended above where it started is named on stderr."""
     _print_table(rows)
     if len(results) == 2:
         _print_common_target(*results)
+    for r in results:
+        line = worse_than_start(r)
+        if line is not None:
+            print(line, file=sys.stderr)
+
+
+def worse_than_start(result: Any) -> str | None:
+    """One line when ``result`` ended with an objective above its starting point's (a step too
+    large for the data that the safeguard did not bring back), else None: exit 0 alone would
+    hide that the model is worse than no training."""
+    start, end = result.snapshots[0][2], result.final_objective
+    if not end > start:
+        return None
+    step = result.config.step
+    fix = (
+        f"a smaller --step than {step:g}, or --step auto"
+        if step != "auto"
+        else "a smaller --step, or another --method"
+    )
+    return (
+        f"async-spark: {result.config.method} ended above its starting objective ({end:.6g} > "
+        f"{start:.6g}): its step is too large for this data; try {fix}"
+    )
 
 
 def _print_common_target(a: Any, b: Any) -> None:
