@@ -273,9 +273,8 @@ class ResidentTransport(Transport):
         self._lock = threading.Condition(self._mutex)
         self._owners: dict[int, WorkerConnection] = {}
         self._conns: set[WorkerConnection] = set()
-        self._where: dict[
-            int, WorkerConnection | None
-        ] = {}  # task id -> its connection (None: pending)
+        # task id -> its connection (None: pending)
+        self._where: dict[int, WorkerConnection | None] = {}
         self._pending: dict[int, deque[tuple[TaskTicket, TaskCall, float]]] = {}
         self._versions = VersionLedger(max_versions)  # what each worker holds; delta bases
         # side calls: negative task ids (and model versions), outside the engine's accounting
@@ -290,9 +289,8 @@ class ResidentTransport(Transport):
         self._read_lock = threading.Lock()
         self._poller: int | None = None  # ident of the thread reading now
         self._selector: selectors.BaseSelector | None = None
-        self._changes: deque[tuple[str, WorkerConnection]] = (
-            deque()
-        )  # (un)registrations for the reader
+        # (un)registrations for the reader
+        self._changes: deque[tuple[str, WorkerConnection]] = deque()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)

@@ -100,10 +100,7 @@ class Evaluator:
                 bc.destroy(blocking=False)
                 sc.setLocalProperty("spark.scheduler.pool", previous)
                 sc.setJobDescription(None)
-        rows = sum(r for _, r in parts)
-        if rows != self.n:
-            raise RuntimeError(f"evaluation saw {rows} rows, the dataset has {self.n}")
-        return np.sum([s for s, _ in parts], axis=0)
+        return _blocks_total(parts, self.n)
 
     def _connect_loss_sums(self, thetas: np.ndarray) -> list[tuple[np.ndarray, int]]:
         P = self.source.num_blocks
@@ -116,6 +113,15 @@ class Evaluator:
             (np.frombuffer(row["sums"], dtype=np.float64, count=K), int(row["rows"]))
             for row in frame.collect()
         ]
+
+
+def _blocks_total(parts: list[tuple[np.ndarray, int]], n: int) -> np.ndarray:
+    """The blocks' loss sums added in block order (both evaluators: the same value for a
+    snapshot), after checking that they cover the dataset's ``n`` rows."""
+    rows = sum(r for _, r in parts)
+    if rows != n:
+        raise RuntimeError(f"evaluation saw {rows} rows, the dataset has {n}")
+    return np.sum([s for s, _ in parts], axis=0)
 
 
 class _ArrowLosses:
@@ -178,9 +184,6 @@ class WorkerEvaluator:
                 raise EvaluationUnavailable(
                     f"snapshot not evaluated by the workers: {exc}"
                 ) from exc
-            rows = sum(int(r) for _, r in parts)
-            if rows != self.n:
-                raise RuntimeError(f"evaluation saw {rows} rows, the dataset has {self.n}")
-            loss = float(np.sum([float(s) for s, _ in parts]))
+            loss = _blocks_total([(np.atleast_1d(s), int(r)) for s, r in parts], self.n)[0]
             out[k] = loss / self.n + regularizer(self.model, theta)
         return out
