@@ -137,6 +137,10 @@ def test_smoke_prints_finite_results(script, tmp_path):
     results = _results(proc.stdout)
     assert [n for n, _ in results] == list(names), tail
     assert all(math.isfinite(v) for _, v in results), (results, tail)
+    if script == "conditioning.py":  # and scikit-learn's SAGA timed on both coordinates
+        assert "scikit-learn's SAGA in one process" in proc.stdout, tail
+        saga_rows = proc.stdout.split("SAGA in one process")[1].splitlines()
+        assert any(r.split()[:2] == ["sparse-2e3", "std"] for r in saga_rows), tail
     if script == "scale.py":  # and the plot drawn from its JSON
         assert json.loads((tmp_path / "scale.json").read_text())
         plot = _run(
