@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from async_spark.cli import main
+from async_spark.cli.train import optimality_line
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -106,6 +107,11 @@ def test_train_writes_summary_trace_and_model(spark, tmp_path, capsys):
     stdout = capsys.readouterr().out
     assert "RESULT" in stdout
     assert "objective: mean logistic loss + " in stdout and "standardized columns" in stdout
+    for method in ("asgd", "sgd"):  # each run's optimality line, with its summary's figures
+        summary = json.loads((out / method / "summary.json").read_text())
+        start, end = summary["gradient_norm_start"], summary["gradient_norm"]
+        assert 0 < end < start
+        assert optimality_line(summary) in stdout.splitlines()
     assert not spark.sparkContext._jsc.sc().isStopped()  # the caller's session stays up
 
 
@@ -258,3 +264,17 @@ def test_a_run_that_ends_above_its_start_is_named():
     assert "a smaller --step than 1000" in line
     good = train_linear(TrainConfig(**common))
     assert good.final_objective < good.snapshots[0][2] and worse_than_start(good) is None
+
+
+def test_the_optimality_line_says_the_norms_and_their_ratio():
+    row = dict(method="asaga", l1=0.0, gradient_norm=2e-4, gradient_norm_start=0.5)
+    assert optimality_line(row) == (
+        "optimality: asaga's gradient norm 0.5 at the start, 0.0002 at the end (0.0004 of the "
+        "start's); 0 at the optimum"
+    )
+    l1 = optimality_line({**row, "l1": 0.1, "gradient_norm_start": 0.0, "gradient_norm": 0.0})
+    assert l1 == (
+        "optimality: asaga's smallest subgradient norm 0 at the start, 0 at the end; "
+        "0 at the optimum"
+    )
+    assert optimality_line({**row, "gradient_norm": None}) is None

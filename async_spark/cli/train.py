@@ -489,6 +489,21 @@ def worse_than_start(result: Any) -> str | None:
     )
 
 
+def optimality_line(summary: dict[str, Any]) -> str | None:
+    """How far the run's model is from the optimum, measured rather than guessed: the norm of
+    the objective's gradient (with l1: its smallest subgradient) at the start and at the end,
+    0 exactly at the optimum. None when the run has no such figures."""
+    end, start = summary.get("gradient_norm"), summary.get("gradient_norm_start")
+    if end is None or start is None:
+        return None
+    what = "smallest subgradient" if summary.get("l1") else "gradient"
+    fell = f" ({end / start:.2g} of the start's)" if start > 0 else ""
+    return (
+        f"optimality: {summary['method']}'s {what} norm {start:.3g} at the start, {end:.3g} at the "
+        f"end{fell}; 0 at the optimum"
+    )
+
+
 def _print_common_target(a: Any, b: Any) -> None:
     """One sentence: how soon the run that ended lower reached the other's final objective."""
     from async_spark.reporting.plots import Run
@@ -519,6 +534,10 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
         )
     if rows:
         print(objective_line(rows[0]))
+    for r in rows:
+        line = optimality_line(r)
+        if line is not None:
+            print(line)
     summary = {r["method"]: r["final_objective"] for r in rows}
     print("RESULT " + json.dumps(summary))
 

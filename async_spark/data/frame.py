@@ -485,8 +485,11 @@ def open_frame(
 class _FrameLosses:
     """``mapInArrow`` function: the loss sums of every snapshot on this task's partition."""
 
-    def __init__(self, source: BlockSource, model: Any, thetas: np.ndarray) -> None:
+    def __init__(
+        self, source: BlockSource, model: Any, thetas: np.ndarray, gradients: tuple[int, ...] = ()
+    ) -> None:
         self.source, self.model, self.thetas = source, model, thetas
+        self.gradients = gradients
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -500,7 +503,9 @@ class _FrameLosses:
         if block is None:  # an empty partition: no block, no losses
             return
         with held(inner, block, inner.decode(block, batches)):
-            parts = list(snapshot_losses(self.source, self.model, self.thetas, [block]))
+            parts = list(
+                snapshot_losses(self.source, self.model, self.thetas, [block], self.gradients)
+            )
         yield pa.RecordBatch.from_pydict(
             {
                 "rows": [rows for _, rows in parts],
@@ -511,12 +516,13 @@ class _FrameLosses:
 
 
 def frame_loss_sums(
-    source: BlockSource, model: Any, thetas: np.ndarray
+    source: BlockSource, model: Any, thetas: np.ndarray, gradients: tuple[int, ...] = ()
 ) -> list[tuple[np.ndarray, int]]:
-    """Each partition's loss sums of every snapshot (one ``mapInArrow`` job over the frame)."""
+    """Each partition's loss sums of every snapshot, then the gradient sums of the snapshots at
+    positions ``gradients`` (one ``mapInArrow`` job over the frame; see
+    :func:`~async_spark.solvers.worker.snapshot_losses`)."""
     frame = frame_of(source)
-    K = len(thetas)
-    rows = _collect(
-        frame, _FrameLosses(source, model, np.ascontiguousarray(thetas)), _LOSSES_SCHEMA
-    )
-    return [(np.frombuffer(r["sums"], dtype=np.float64, count=K), int(r["rows"])) for r in rows]
+    count = len(thetas) + len(gradients) * thetas.shape[1]
+    function = _FrameLosses(source, model, np.ascontiguousarray(thetas), gradients)
+    rows = _collect(frame, function, _LOSSES_SCHEMA)
+    return [(np.frombuffer(r["sums"], dtype=np.float64, count=count), int(r["rows"])) for r in rows]

@@ -28,6 +28,10 @@ class AsyncTrainingSummary:
         ``"max_updates"`` or ``"time_budget"``.
     stepSize : float
         The step the rule used (after ``auto``).
+    gradientNorm, startGradientNorm : float or None
+        The training objective's gradient norm (with l1: its smallest subgradient's) at the
+        returned model and at the start, computed by the evaluation job: 0 exactly at the
+        optimum, so their ratio says how far the fit got whatever stopped it.
     stalenessHistogram : dict of int to int
         Accepted results by staleness.
     stepSafeguard : dict or None
@@ -81,6 +85,20 @@ class AsyncTrainingSummary:
     @property
     def finalObjective(self) -> float:
         return float(self._run["final_objective"])
+
+    @property
+    def gradientNorm(self) -> float | None:
+        """The objective's gradient norm at the returned model (with l1: its smallest
+        subgradient's), in the coordinates trained: 0 exactly at the optimum. Compare it with
+        :attr:`startGradientNorm` to see how far the run got."""
+        value = self._run.get("gradient_norm")
+        return None if value is None else float(value)
+
+    @property
+    def startGradientNorm(self) -> float | None:
+        """The same norm at the model the run started from."""
+        value = self._run.get("gradient_norm_start")
+        return None if value is None else float(value)
 
     @property
     def stalenessHistogram(self) -> dict[int, int]:

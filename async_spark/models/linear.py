@@ -85,6 +85,7 @@ __all__ = [
     "prox_penalty",
     "objective",
     "full_gradient",
+    "optimality_norm",
     "max_squared_row_norm",
     "sample_smoothness",
     "take_rows",
@@ -515,6 +516,30 @@ def full_gradient(model: LinearModel, theta: np.ndarray, blocks: Iterable[Block]
     if n == 0:
         raise ValueError("full_gradient needs at least one row")
     return g / n + penalty_gradient(model, theta)
+
+
+def optimality_norm(model: LinearModel, theta: np.ndarray, data_gradient: np.ndarray) -> float:
+    r"""How far ``theta`` is from optimal: the norm of the smallest element of the subdifferential
+    of :math:`F` at ``theta``, given the data part of the gradient :math:`\frac1n\sum_i\nabla
+    f_i(\theta)` (``data_gradient``, e.g. from :func:`full_gradient`'s sums).
+
+    The smooth part's gradient, plus per weight :math:`\lambda_1 \operatorname{sign}(w)/s_j`
+    where :math:`w \ne 0`, or the gradient shrunk by :math:`\lambda_1/s_j` towards 0 where
+    :math:`w = 0` (the subgradient closest to 0). Zero exactly at the minimizer; without
+    :math:`\ell_1` it is :math:`\|\nabla F(\theta)\|`."""
+    theta = _check_theta(model, theta)
+    g = np.asarray(data_gradient, dtype=np.float64).reshape(-1) + penalty_gradient(model, theta)
+    if g.shape != theta.shape:
+        raise ValueError(f"data_gradient must have {theta.size} entries, got {g.size}")
+    if model.l1 != 0.0:
+        m = model.outputs * model.num_features
+        W = theta[:m].reshape(model.outputs, model.num_features)
+        G = g[:m].reshape(model.outputs, model.num_features)
+        inv = model._inverse_scale
+        t = model.l1 if inv is None else model.l1 * inv
+        G = np.where(W != 0, G + t * np.sign(W), np.sign(G) * np.maximum(np.abs(G) - t, 0.0))
+        g = np.concatenate([G.ravel(), g[m:]])
+    return float(np.linalg.norm(g))
 
 
 def max_squared_row_norm(blocks: Iterable[Block]) -> float:

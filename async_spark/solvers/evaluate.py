@@ -11,13 +11,14 @@ job is a ``mapInArrow`` over that DataFrame, each task reading its own partition
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from async_spark.data.blocks import BlockSource
 from async_spark.data.frame import frame_loss_sums, frame_of
-from async_spark.models.linear import LinearModel, regularizer
+from async_spark.models.linear import LinearModel, optimality_norm, regularizer
 
 from .worker import BlockLossArgs, snapshot_losses
 
@@ -66,26 +67,49 @@ class Evaluator:
 
     def objectives(self, thetas: np.ndarray | list[np.ndarray]) -> np.ndarray:
         """F(θ) for each row of ``thetas``: mean loss + (l2/2)‖w‖² + l1‖w‖₁."""
+        return self.evaluate(thetas)[0]
+
+    def evaluate(
+        self, thetas: np.ndarray | list[np.ndarray], gradients: Sequence[int] = ()
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """F(θ) of each row of ``thetas``, and the optimality norm
+        (:func:`~async_spark.models.linear.optimality_norm`) of the rows at positions
+        ``gradients``, in the same job(s): a gradient costs its tasks one more pass over their
+        blocks and the driver p numbers per block, not another job."""
         thetas = np.atleast_2d(np.asarray(thetas, dtype=np.float64))
+        wanted = [int(i) for i in gradients]
+        if any(not 0 <= i < len(thetas) for i in wanted):
+            raise IndexError(f"gradients {wanted} out of range for {len(thetas)} snapshot(s)")
         if thetas.shape[0] == 0:
-            return np.zeros(0)
+            return np.zeros(0), np.zeros(0)
+        p = thetas.shape[1]
         limit = _MAX_CLOSURE_BYTES if self.spark is not None else _MAX_BROADCAST_BYTES
         per_chunk = max(1, limit // max(1, thetas[0].nbytes))
-        sums = np.concatenate(
-            [self._loss_sums(thetas[i : i + per_chunk]) for i in range(0, len(thetas), per_chunk)]
-        )
+        sums, grads = [], {}
+        for i in range(0, len(thetas), per_chunk):
+            chunk = thetas[i : i + per_chunk]
+            local = [g - i for g in wanted if i <= g < i + len(chunk)]
+            total = self._loss_sums(chunk, local)
+            sums.append(total[: len(chunk)])
+            for j, g in enumerate(local):
+                grads[g + i] = total[len(chunk) + j * p : len(chunk) + (j + 1) * p]
         reg = np.array([regularizer(self.model, t) for t in thetas])
-        out = sums / self.n + reg
-        return out
+        norms = np.array(
+            [optimality_norm(self.model, thetas[g], grads[g] / self.n) for g in wanted]
+        )
+        return np.concatenate(sums) / self.n + reg, norms
 
-    def _loss_sums(self, thetas: np.ndarray) -> np.ndarray:
+    def _loss_sums(self, thetas: np.ndarray, gradients: Sequence[int] = ()) -> np.ndarray:
         source, model = self.source, self.model
+        gradients = tuple(gradients)
         if frame_of(source) is not None:  # a DataFrame's partitions: read where they live
-            parts = frame_loss_sums(source, model, thetas)
+            parts = frame_loss_sums(source, model, thetas, gradients)
         elif self.spark is not None:
-            parts = self._connect_loss_sums(thetas)
+            parts = self._connect_loss_sums(thetas, gradients)
         elif self.sc is None:
-            parts = list(snapshot_losses(source, model, thetas, range(source.num_blocks)))
+            parts = list(
+                snapshot_losses(source, model, thetas, range(source.num_blocks), gradients)
+            )
         else:
             sc = self.sc
             previous = sc.getLocalProperty("spark.scheduler.pool")
@@ -94,7 +118,7 @@ class Evaluator:
             bc = sc.broadcast(thetas)
             try:
                 parts = self._rdd.mapPartitions(  # type: ignore[union-attr]
-                    lambda it: snapshot_losses(source, model, bc.value, it)
+                    lambda it: snapshot_losses(source, model, bc.value, it, gradients)
                 ).collect()
             finally:
                 bc.destroy(blocking=False)
@@ -102,15 +126,16 @@ class Evaluator:
                 sc.setJobDescription(None)
         return _blocks_total(parts, self.n)
 
-    def _connect_loss_sums(self, thetas: np.ndarray) -> list[tuple[np.ndarray, int]]:
+    def _connect_loss_sums(
+        self, thetas: np.ndarray, gradients: tuple[int, ...]
+    ) -> list[tuple[np.ndarray, int]]:
         P = self.source.num_blocks
         spark: Any = self.spark
-        frame = spark.range(P, numPartitions=P).mapInArrow(
-            _ArrowLosses(self.source, self.model, np.ascontiguousarray(thetas)), _LOSSES_SCHEMA
-        )
-        K = len(thetas)
+        function = _ArrowLosses(self.source, self.model, np.ascontiguousarray(thetas), gradients)
+        frame = spark.range(P, numPartitions=P).mapInArrow(function, _LOSSES_SCHEMA)
+        count = len(thetas) + len(gradients) * thetas.shape[1]
         return [
-            (np.frombuffer(row["sums"], dtype=np.float64, count=K), int(row["rows"]))
+            (np.frombuffer(row["sums"], dtype=np.float64, count=count), int(row["rows"]))
             for row in frame.collect()
         ]
 
@@ -127,15 +152,24 @@ def _blocks_total(parts: list[tuple[np.ndarray, int]], n: int) -> np.ndarray:
 class _ArrowLosses:
     """``mapInArrow`` function: the loss sums of every snapshot on each block id of the batch."""
 
-    def __init__(self, source: BlockSource, model: LinearModel, thetas: np.ndarray) -> None:
+    def __init__(
+        self,
+        source: BlockSource,
+        model: LinearModel,
+        thetas: np.ndarray,
+        gradients: tuple[int, ...] = (),
+    ) -> None:
         self.source, self.model, self.thetas = source, model, thetas
+        self.gradients = gradients
 
     def __call__(self, batches: Any) -> Any:
         import pyarrow as pa
 
         for batch in batches:
             blocks = [int(b) for b in batch.column(0).to_pylist()]
-            parts = list(snapshot_losses(self.source, self.model, self.thetas, blocks))
+            parts = list(
+                snapshot_losses(self.source, self.model, self.thetas, blocks, self.gradients)
+            )
             yield pa.RecordBatch.from_pydict(
                 {
                     "rows": [rows for _, rows in parts],

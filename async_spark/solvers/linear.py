@@ -89,6 +89,9 @@ class TrainResult:
     # from the call to train_linear to the engine's start (data opened and scanned, step chosen,
     # the transport's tasks started): the fixed cost a user pays before the first update
     setup_seconds: float | None = None
+    # how far from optimal (models.linear.optimality_norm): at the start and the returned model
+    start_gradient_norm: float | None = None
+    gradient_norm: float | None = None
 
     def coefficients(self) -> tuple[np.ndarray, np.ndarray]:
         """Weights ``(K, d)`` and intercepts ``(K,)`` for the raw (unstandardized) features."""
@@ -127,6 +130,8 @@ class TrainResult:
             "setup_seconds": self.setup_seconds,
             "wall_seconds": self.wall_seconds,
             "final_objective": self.final_objective,
+            "gradient_norm": self.gradient_norm,
+            "gradient_norm_start": self.start_gradient_norm,
             "target_objective": self.config.target_objective,
             "time_to_target": self.time_to_target,
             "stopped_by": self.stopped_by,
@@ -711,6 +716,8 @@ def _result(
         source=problem.source,
         step_safeguard=None if safeguard is None else safeguard.summary(),
         setup_seconds=setup_seconds,
+        start_gradient_norm=record.start_gradient_norm,
+        gradient_norm=record.gradient_norm,
     )
 
 

@@ -118,6 +118,9 @@ class RunRecord:
     snapshots: list[tuple[float, int, float]]  # (seconds, version, objective)
     final_objective: float
     time_to_target: float | None
+    # the optimality norm (models.linear.optimality_norm) of the first and the last snapshot
+    start_gradient_norm: float | None = None
+    gradient_norm: float | None = None
 
 
 #: The trace's columns: seconds, version, staleness, block (or None), objective, whether there is
@@ -293,10 +296,13 @@ class Recorder:
         if not snapshots or snapshots[-1][1] != version:
             snapshots.append((wall, version, np.array(model)))
         values = {} if self.side is None else dict(self.side.values)
-        todo = [i for i in range(len(snapshots)) if i not in values]
-        if todo:
-            objs = self.evaluator.objectives(np.stack([snapshots[i][2] for i in todo]))
-            values.update(zip(todo, (float(v) for v in objs), strict=True))
+        last = len(snapshots) - 1
+        # the first and the last snapshot always join the job: their gradients come with it
+        todo = sorted({0, last} | {i for i in range(len(snapshots)) if i not in values})
+        objs, norms = self.evaluator.evaluate(
+            np.stack([snapshots[i][2] for i in todo]), gradients=(0, len(todo) - 1)
+        )
+        values.update((i, float(v)) for i, v in zip(todo, objs, strict=True) if i not in values)
         by_version = {snapshots[i][1]: values[i] for i in range(len(snapshots))}
         rows = sorted(self._trace, key=lambda r: (r[0], r[1]))  # stable: ties keep their order
         finished = Columns(_TRACE_KINDS, [_row(0.0, 0, 0, None, values[0])])
@@ -313,6 +319,8 @@ class Recorder:
         return RunRecord(
             trace=trace,
             snapshots=[(s, v, values[i]) for i, (s, v, _) in enumerate(snapshots)],
-            final_objective=values[len(snapshots) - 1],
+            final_objective=values[last],
             time_to_target=time_to_target,
+            start_gradient_norm=float(norms[0]),
+            gradient_norm=float(norms[-1]),
         )

@@ -22,6 +22,7 @@ RUN_FILES = ("summary.json", "trace.jsonl", "model.npz")
 
 SUMMARY_METRICS = (
     "final_objective",
+    "gradient_norm",
     "wall_seconds",
     "time_to_target",
     "updates",

@@ -22,7 +22,7 @@ margins the gradient needs anyway), which the driver's step safeguard watches
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -31,6 +31,7 @@ import numpy as np
 from async_spark.data.blocks import Block, BlockSource, get_block
 from async_spark.models.linear import (
     LinearModel,
+    block_gradient_sum,
     block_loss_sum,
     gradient_from_scalars,
     loss_derivatives,
@@ -242,10 +243,20 @@ class LinearTask:
 
 
 def snapshot_losses(
-    source: BlockSource, model: LinearModel, thetas: np.ndarray, blocks: Iterable[int]
+    source: BlockSource,
+    model: LinearModel,
+    thetas: np.ndarray,
+    blocks: Iterable[int],
+    gradients: Sequence[int] = (),
 ) -> Iterator[tuple[np.ndarray, int]]:
-    """For each block: the loss sums of every snapshot in ``thetas`` (K, p), and its row count."""
+    """For each block: the loss sums of every snapshot in ``thetas`` (K, p), then the data
+    gradient sums of the snapshots at positions ``gradients`` (each p values, flat), and its
+    row count. One flat vector per block, so that every evaluation path carries it as it carries
+    the losses."""
     for b in blocks:
         block = get_block(source, b)
         sums = np.array([block_loss_sum(model, block, theta) for theta in thetas])
+        if gradients:
+            grads = [block_gradient_sum(model, block, thetas[i]) for i in gradients]
+            sums = np.concatenate([sums, *grads])
         yield sums, block.rows

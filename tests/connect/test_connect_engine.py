@@ -47,6 +47,9 @@ def test_a_seeded_synchronous_run_is_bit_identical_to_the_classic_session(connec
     assert with_connect.updates == classic.updates == 25
     # the objective, evaluated off the clock by a mapInArrow job (no broadcast), is the same too
     assert with_connect.final_objective == classic.final_objective
+    # and so are the gradient norms computed in that job (the blocks' sums in block order)
+    assert with_connect.gradient_norm == classic.gradient_norm > 0
+    assert with_connect.start_gradient_norm == classic.start_gradient_norm
     assert with_connect.engine_snapshot["counts"]["failed"] == 0
 
 

@@ -158,6 +158,8 @@ def test_lbfgs_ends_at_pyspark_mls_model_and_stops_by_itself(assembled):
     ours = AsyncLogisticRegression(method="lbfgs", regParam=0.01).fit(train)
     assert ours.summary.stoppedBy == "converged"
     assert ours.summary.totalUpdates < 100
+    # converged: the gradient, computed over the DataFrame's partitions, is gone
+    assert ours.summary.gradientNorm < 1e-5 * ours.summary.startGradientNorm
     a, b = ours.coefficients.toArray(), ref.coefficients.toArray()
     assert np.linalg.norm(a - b) / np.linalg.norm(b) < 1e-2
     assert ours.intercept == pytest.approx(ref.intercept, rel=1e-2)
@@ -173,6 +175,8 @@ def test_lbfgs_with_elastic_net_is_owlqn_and_zeroes_pyspark_mls_coefficients(ass
     ref = LogisticRegression(tol=1e-12, maxIter=500, **options).fit(train)
     ours = AsyncLogisticRegression(method="lbfgs", **options).fit(train)
     assert ours.summary.stoppedBy == "converged"
+    # at an l1 minimizer the smallest subgradient is 0 (the smooth part's gradient is not)
+    assert ours.summary.gradientNorm < 1e-5 * ours.summary.startGradientNorm
     a, b = ours.coefficients.toArray(), ref.coefficients.toArray()
     assert 5 <= int(np.sum(b == 0.0)) < b.size
     np.testing.assert_array_equal(a == 0.0, np.abs(b) < 1e-6)

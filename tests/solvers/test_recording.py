@@ -15,6 +15,11 @@ class _SumEvaluator:
     def objectives(self, thetas):
         return np.atleast_2d(thetas).sum(axis=1)
 
+    def evaluate(self, thetas, gradients=()):
+        """... and, as the optimality norm of the rows asked, their first entry."""
+        thetas = np.atleast_2d(thetas)
+        return self.objectives(thetas), np.array([thetas[i][0] for i in gradients])
+
 
 def _run(models):
     rec = Recorder(_SumEvaluator(), eval_every=1.0, initial_theta=np.zeros(2))
@@ -62,3 +67,11 @@ def test_a_nan_objective_stays_nan_and_a_resumed_trace_comes_back_whole():
     assert math.isnan(record.trace[1]["objective"])  # not turned into "no objective"
     resumed = Recorder(_SumEvaluator(), eval_every=1.0, initial_theta=np.zeros(2), trace=rec.trace)
     assert resumed.trace == rec.trace
+
+
+def test_the_first_and_last_snapshots_give_the_start_and_final_optimality_norms():
+    rec = _run([(1.5, 1, 0, 0, [4.0, 1.0]), (2.7, 2, 0, 1, [7.0, 0.0])])
+    done = rec.finish(3.0, 3, np.array([9.0, 2.0]))  # a final model after the last snapshot
+    assert done.start_gradient_norm == 0.0  # the initial theta, zeros
+    assert done.gradient_norm == 9.0 and done.final_objective == 11.0
+    assert [v for _, _, v in done.snapshots] == [0.0, 5.0, 7.0, 11.0]
