@@ -26,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -35,6 +36,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "ENV_CHECK_MODULES",
+    "ENV_CHECK_TIMEOUT_CONF",
     "ExecutorEnvironmentError",
     "JavaNotFoundError",
     "build_session",
@@ -375,16 +377,50 @@ def check_executors(
         return None if answer is None else dict(answer)
 
 
+#: Session conf (or environment variable ``SPARK_ASYNC_SPARK_ENVCHECKTIMEOUT``): seconds the
+#: executor check waits for its one task's answer before it cancels it and fails.
+ENV_CHECK_TIMEOUT_CONF = "spark.async_spark.envCheckTimeout"
+_ENV_CHECK_SECONDS = 300.0  # a cluster that starts its executors on demand takes minutes
+
+
+class _ProbeTimedOut(Exception):
+    pass
+
+
+def _check_seconds(spark: Any) -> float:
+    from .connect import conf_value
+
+    text = conf_value(spark, ENV_CHECK_TIMEOUT_CONF)
+    if text is None:
+        return _ENV_CHECK_SECONDS
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 < seconds < float("inf"):
+        raise ValueError(f"{ENV_CHECK_TIMEOUT_CONF} must be a number of seconds > 0, got {text!r}")
+    return seconds
+
+
+def _timed_out_error(seconds: float, where: str) -> ExecutorEnvironmentError:
+    return ExecutorEnvironmentError(
+        f"{where} did not answer the environment check within {seconds:g} s (no free task slot, "
+        f"or a Python worker that does not start or hangs); the check's job was cancelled. "
+        f"A cluster that takes longer to start its executors: raise --conf "
+        f"{ENV_CHECK_TIMEOUT_CONF}=SECONDS"
+    )
+
+
 def _check_executors(spark: Any, modules: tuple[str, ...], force: bool) -> dict[str, Any] | None:
     from .connect import is_connect
 
+    seconds = _check_seconds(spark)
+    answer: dict[str, Any] | None
     if is_connect(spark):  # no SparkContext: the probe is a one-row mapInArrow job
-        import json
-
-        probe = _probe_function(tuple(modules), "probe_arrow")
         try:
-            rows = spark.range(1, numPartitions=1).mapInArrow(probe, "answer string").collect()
-            answer = json.loads(rows[0]["answer"])
+            answer = _connect_probe(spark, modules, seconds)
+        except _ProbeTimedOut:
+            raise _timed_out_error(seconds, "the Spark Connect server's executors") from None
         except Exception as exc:
             reason = _first_line_of_java_error(exc)
             raise ExecutorEnvironmentError(
@@ -392,9 +428,12 @@ def _check_executors(spark: Any, modules: tuple[str, ...], force: bool) -> dict[
                 + FIX_HINT
             ) from None
     else:
-        answer = _classic_probe(spark.sparkContext, modules, force)
-        if answer is None:
-            return None
+        try:
+            answer = _classic_probe(spark.sparkContext, modules, force, seconds)
+        except _ProbeTimedOut:
+            raise _timed_out_error(seconds, "the executors") from None
+    if answer is None:
+        return None
     driver = _driver_versions(tuple(modules))
     found = answer["modules"]
     where = f"the executors' Python ({answer['executable']}, Python {answer['python']} on {answer['host']})"
@@ -416,14 +455,53 @@ def _check_executors(spark: Any, modules: tuple[str, ...], force: bool) -> dict[
     return dict(answer)
 
 
-def _classic_probe(sc: Any, modules: tuple[str, ...], force: bool) -> dict[str, Any] | None:
+def _connect_probe(spark: Any, modules: tuple[str, ...], seconds: float) -> dict[str, Any]:
+    """The probe as a one-row ``mapInArrow`` job under a tag of its own, interrupted after
+    ``seconds`` (raises :class:`_ProbeTimedOut` then)."""
+    import json
+
+    probe = _probe_function(tuple(modules), "probe_arrow")
+    tag = f"async-spark-env-check-{uuid.uuid4().hex[:12]}"
+    done = threading.Event()
+    timed_out: list[bool] = []
+
+    def watch() -> None:
+        if not done.wait(seconds):
+            timed_out.append(True)
+            try:
+                spark.interruptTag(tag)
+            except Exception:  # the session is gone: its job with it
+                log.debug("executor check: could not interrupt %s", tag, exc_info=True)
+
+    watcher = threading.Thread(target=watch, name="async-spark-env-check", daemon=True)
+    spark.addTag(tag)  # the tags of the operations this thread starts
+    watcher.start()
+    try:
+        rows = spark.range(1, numPartitions=1).mapInArrow(probe, "answer string").collect()
+        if timed_out:
+            raise _ProbeTimedOut()
+        return dict(json.loads(rows[0]["answer"]))
+    except Exception:
+        if timed_out:
+            raise _ProbeTimedOut() from None
+        raise
+    finally:
+        done.set()
+        watcher.join()
+        spark.removeTag(tag)
+
+
+def _classic_probe(
+    sc: Any, modules: tuple[str, ...], force: bool, seconds: float
+) -> dict[str, Any] | None:
     """Run the probe as one task that fails the check at its first failure.
 
     A task that cannot start a Python worker (no such interpreter, another Python version, a
     crash at start-up) would be retried ``spark.task.maxFailures`` times (4 on a cluster, fixed
     when the SparkContext starts), each retry starting a worker again. The probe's job runs in a
     job group of its own; a watcher thread polls the status tracker and cancels the group at the
-    first failed task, and the check reports that task's error.
+    first failed task, and the check reports that task's error; or after ``seconds`` without an
+    answer (raises :class:`_ProbeTimedOut` then).
     """
     if not force and _executors_are_the_driver(sc):
         return None
@@ -431,12 +509,18 @@ def _classic_probe(sc: Any, modules: tuple[str, ...], force: bool) -> dict[str, 
     group = f"async-spark-env-check-{uuid.uuid4().hex[:12]}"
     saved = {k: sc.getLocalProperty(k) for k in _JOB_GROUP_PROPERTIES}
     first_failure: list[str] = []
+    timed_out: list[bool] = []
     done = threading.Event()
+    deadline = time.monotonic() + seconds
 
     def watch() -> None:
         try:
             while not done.wait(_WATCH_SECONDS):
                 reason = _first_task_failure(sc, group)
+                if reason is None and time.monotonic() >= deadline:
+                    timed_out.append(True)
+                    sc.cancelJobGroup(group)
+                    return
                 if reason is not None:
                     first_failure.append(reason)
                     sc.cancelJobGroup(group)
@@ -457,6 +541,8 @@ def _classic_probe(sc: Any, modules: tuple[str, ...], force: bool) -> dict[str, 
         return dict(sc.parallelize([0], 1).mapPartitions(probe).collect()[0])
     except Exception as exc:  # the worker could not start at all (no such interpreter, ...)
         stop_watching()
+        if timed_out and not first_failure:
+            raise _ProbeTimedOut() from None
         reason = first_failure[0] if first_failure else _first_line_of_java_error(exc)
         python = sc.getConf().get("spark.pyspark.python", None) or sc.pythonExec
         raise ExecutorEnvironmentError(

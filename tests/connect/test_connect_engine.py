@@ -158,3 +158,54 @@ def test_a_dataframe_from_spark_read_trains_on_its_own_partitions(connect, tmp_p
     assert run.summary()["final_objective"] == pytest.approx(
         ref.summary()["final_objective"], rel=1e-12
     )
+
+
+class _Sleep:
+    """mapInArrow function: holds its task slot for ``seconds`` (or until interrupted)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def __call__(self, batches):
+        import time as _time
+
+        for batch in batches:
+            _time.sleep(self.seconds)
+            yield batch
+
+
+def test_the_executor_check_gets_no_slot_fails_in_bounded_time_and_interrupts_its_job(
+    connect, monkeypatch
+):
+    import threading
+
+    from async_spark.engine import session
+
+    tag = "test-occupy-every-connect-slot"
+
+    def occupy() -> None:
+        connect.addTag(tag)  # (tags belong to the thread that starts the operation)
+        try:
+            connect.range(2, numPartitions=2).mapInArrow(_Sleep(60.0), "id long").collect()
+        except Exception:
+            pass  # interrupted below
+        finally:
+            connect.removeTag(tag)
+
+    blocker = threading.Thread(target=occupy, daemon=True)
+    blocker.start()
+    try:
+        time.sleep(4.0)  # the sleeping tasks take both slots of local[2]
+        monkeypatch.setenv("SPARK_ASYNC_SPARK_ENVCHECKTIMEOUT", "2")
+        t0 = time.monotonic()
+        with pytest.raises(session.ExecutorEnvironmentError) as info:
+            session.check_executors(connect, cache=False)
+        assert time.monotonic() - t0 < 20
+        assert str(info.value).startswith(
+            "the Spark Connect server's executors did not answer the environment check within 2 s"
+        )
+    finally:
+        connect.interruptTag(tag)
+        blocker.join(30)
+    monkeypatch.delenv("SPARK_ASYNC_SPARK_ENVCHECKTIMEOUT")
+    assert session.check_executors(connect, cache=False) is not None  # the slots are free again

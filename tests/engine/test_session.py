@@ -144,15 +144,70 @@ def test_check_executors_reports_other_versions_than_the_drivers(spark, monkeypa
 
 
 @pytest.mark.spark
+def test_a_check_that_gets_no_task_slot_fails_in_bounded_time_and_cancels_its_job(
+    spark, monkeypatch
+):
+    import threading
+    import time
+
+    from async_spark.engine import session
+
+    sc = spark.sparkContext
+    slots = 4  # local[4,2]
+    started = threading.Event()
+
+    def occupy() -> None:
+        sc.setJobGroup("test-occupy-every-slot", "every slot busy", True)
+        started.set()
+        try:
+            sc.parallelize(range(slots), slots).foreach(lambda _: time.sleep(60))
+        except Exception:
+            pass  # cancelled below
+
+    blocker = threading.Thread(target=occupy, daemon=True)
+    blocker.start()
+    try:
+        started.wait(10)
+        tracker = sc.statusTracker()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # until the sleeping tasks hold every slot
+            stages = [tracker.getStageInfo(i) for i in tracker.getActiveStageIds()]
+            if sum(st.numActiveTasks for st in stages if st is not None) >= slots:
+                break
+            time.sleep(0.05)
+        monkeypatch.setenv("SPARK_ASYNC_SPARK_ENVCHECKTIMEOUT", "1.5")
+        t0 = time.monotonic()
+        with pytest.raises(session.ExecutorEnvironmentError) as info:
+            session.check_executors(spark, force=True, cache=False)
+        assert time.monotonic() - t0 < 15
+        message = str(info.value)
+        assert message.startswith("the executors did not answer the environment check within 1.5 s")
+        assert f"--conf {session.ENV_CHECK_TIMEOUT_CONF}=SECONDS" in message
+        ours = set(tracker.getJobIdsForGroup("test-occupy-every-slot"))
+        deadline = time.monotonic() + 10
+        while set(tracker.getActiveJobsIds()) - ours and time.monotonic() < deadline:
+            time.sleep(0.05)  # (a cancel reaches the scheduler asynchronously)
+        assert not set(tracker.getActiveJobsIds()) - ours  # the probe's job is not left waiting
+        monkeypatch.setenv("SPARK_ASYNC_SPARK_ENVCHECKTIMEOUT", "soon")
+        with pytest.raises(ValueError, match="envCheckTimeout must be a number of seconds > 0"):
+            session.check_executors(spark, force=True, cache=False)
+    finally:
+        sc.cancelJobGroup("test-occupy-every-slot")
+        blocker.join(30)
+    monkeypatch.delenv("SPARK_ASYNC_SPARK_ENVCHECKTIMEOUT")
+    assert session.check_executors(spark, force=True, cache=False) is not None  # slots free again
+
+
+@pytest.mark.spark
 def test_check_executors_runs_once_per_session_and_never_caches_a_failure(spark, monkeypatch):
     from async_spark.engine import session
 
     probes = []
     real = session._classic_probe
 
-    def counting(sc, modules, force):
+    def counting(sc, modules, force, seconds):
         probes.append(modules)
-        return real(sc, modules, force)
+        return real(sc, modules, force, seconds)
 
     monkeypatch.setattr(session, "_classic_probe", counting)
     monkeypatch.setattr(session, "_CHECKED", {})
