@@ -20,6 +20,7 @@ reach the caller as exceptions.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import shutil
@@ -363,7 +364,11 @@ def check_executors(
     ------
     ExecutorEnvironmentError
         One line: what the executor lacks or has at another version, and the fix
-        (``spark.pyspark.python`` or a packed environment with ``--archives``).
+        (``spark.pyspark.python`` or a packed environment with ``--archives``); or that no
+        answer came within ``spark.async_spark.envCheckTimeout`` seconds (default 300), the
+        probe's job cancelled.
+    ValueError
+        ``spark.async_spark.envCheckTimeout`` set to something else than seconds > 0.
     """
     key = (_session_key(spark), tuple(modules), bool(force))
     with _CHECK_LOCK:
@@ -466,29 +471,36 @@ def _connect_probe(spark: Any, modules: tuple[str, ...], seconds: float) -> dict
     timed_out: list[bool] = []
 
     def watch() -> None:
-        if not done.wait(seconds):
-            timed_out.append(True)
+        if done.wait(seconds):
+            return
+        timed_out.append(True)
+        while True:  # again each second: an interrupt that came before the job did nothing
             try:
                 spark.interruptTag(tag)
             except Exception:  # the session is gone: its job with it
                 log.debug("executor check: could not interrupt %s", tag, exc_info=True)
+            if done.wait(1.0):
+                return
 
     watcher = threading.Thread(target=watch, name="async-spark-env-check", daemon=True)
-    spark.addTag(tag)  # the tags of the operations this thread starts
-    watcher.start()
+    rows = None
     try:
+        spark.addTag(tag)  # the tags of the operations this thread starts
+        watcher.start()
         rows = spark.range(1, numPartitions=1).mapInArrow(probe, "answer string").collect()
-        if timed_out:
-            raise _ProbeTimedOut()
-        return dict(json.loads(rows[0]["answer"]))
     except Exception:
         if timed_out:
             raise _ProbeTimedOut() from None
         raise
     finally:
         done.set()
-        watcher.join()
-        spark.removeTag(tag)
+        if watcher.is_alive():
+            watcher.join()
+        try:
+            spark.removeTag(tag)
+        except Exception:  # a closed session: nothing left to untag, and its error goes on
+            log.debug("executor check: could not remove %s", tag, exc_info=True)
+    return dict(json.loads(rows[0]["answer"]))  # an answer is kept, even one at the deadline
 
 
 def _classic_probe(
@@ -515,12 +527,16 @@ def _classic_probe(
 
     def watch() -> None:
         try:
+            cancelled_at = -math.inf
             while not done.wait(_WATCH_SECONDS):
                 reason = _first_task_failure(sc, group)
-                if reason is None and time.monotonic() >= deadline:
+                now = time.monotonic()
+                if reason is None and now >= deadline:
                     timed_out.append(True)
-                    sc.cancelJobGroup(group)
-                    return
+                    if now - cancelled_at >= 1.0:  # again each second until the job is gone
+                        sc.cancelJobGroup(group)
+                        cancelled_at = now
+                    continue
                 if reason is not None:
                     first_failure.append(reason)
                     sc.cancelJobGroup(group)

@@ -528,9 +528,10 @@ def optimality_norm(model: LinearModel, theta: np.ndarray, data_gradient: np.nda
     :math:`w = 0` (the subgradient closest to 0). Zero exactly at the minimizer; without
     :math:`\ell_1` it is :math:`\|\nabla F(\theta)\|`."""
     theta = _check_theta(model, theta)
-    g = np.asarray(data_gradient, dtype=np.float64).reshape(-1) + penalty_gradient(model, theta)
+    g = np.asarray(data_gradient, dtype=np.float64).reshape(-1)
     if g.shape != theta.shape:
         raise ValueError(f"data_gradient must have {theta.size} entries, got {g.size}")
+    g = g + penalty_gradient(model, theta)
     if model.l1 != 0.0:
         m = model.outputs * model.num_features
         W = theta[:m].reshape(model.outputs, model.num_features)

@@ -11,6 +11,8 @@ job is a ``mapInArrow`` over that DataFrame, each task reading its own partition
 
 from __future__ import annotations
 
+import logging
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,8 +26,11 @@ from .worker import BlockLossArgs, snapshot_losses
 
 __all__ = ["EvaluationUnavailable", "Evaluator", "WorkerEvaluator"]
 
+log = logging.getLogger(__name__)
+
 _MAX_BROADCAST_BYTES = 64 * 2**20
 _MAX_CLOSURE_BYTES = 16 * 2**20  # Connect: the snapshots travel in the plan (a gRPC message)
+_MAX_GRADIENT_BYTES = 128 * 2**20  # the blocks' gradient sums collected for optimality norms
 _LOSSES_SCHEMA = "rows long, sums binary"
 
 
@@ -75,7 +80,9 @@ class Evaluator:
         """F(θ) of each row of ``thetas``, and the optimality norm
         (:func:`~async_spark.models.linear.optimality_norm`) of the rows at positions
         ``gradients``, in the same job(s): a gradient costs its tasks one more pass over their
-        blocks and the driver p numbers per block, not another job."""
+        blocks and the driver p numbers per block, not another job. NaN for a norm when the
+        blocks' gradient sums would take more than 128 MiB on the driver (a model of 10^6
+        parameters over 64 blocks)."""
         thetas = np.atleast_2d(np.asarray(thetas, dtype=np.float64))
         wanted = [int(i) for i in gradients]
         if any(not 0 <= i < len(thetas) for i in wanted):
@@ -83,21 +90,33 @@ class Evaluator:
         if thetas.shape[0] == 0:
             return np.zeros(0), np.zeros(0)
         p = thetas.shape[1]
+        unique = sorted(set(wanted))
+        # every block sends its gradient sums to the driver: p numbers per block and position
+        if self.source.num_blocks * p * len(unique) * 8 > _MAX_GRADIENT_BYTES:
+            log.info(
+                "optimality norm skipped: %d blocks x %d parameters x %d snapshot(s) of "
+                "gradient sums would exceed %d MiB on the driver",
+                self.source.num_blocks,
+                p,
+                len(unique),
+                _MAX_GRADIENT_BYTES >> 20,
+            )
+            unique = []
         limit = _MAX_CLOSURE_BYTES if self.spark is not None else _MAX_BROADCAST_BYTES
         per_chunk = max(1, limit // max(1, thetas[0].nbytes))
         sums, grads = [], {}
         for i in range(0, len(thetas), per_chunk):
             chunk = thetas[i : i + per_chunk]
-            local = [g - i for g in wanted if i <= g < i + len(chunk)]
+            local = [g - i for g in unique if i <= g < i + len(chunk)]
             total = self._loss_sums(chunk, local)
             sums.append(total[: len(chunk)])
             for j, g in enumerate(local):
                 grads[g + i] = total[len(chunk) + j * p : len(chunk) + (j + 1) * p]
         reg = np.array([regularizer(self.model, t) for t in thetas])
-        norms = np.array(
-            [optimality_norm(self.model, thetas[g], grads[g] / self.n) for g in wanted]
+        norms = {g: optimality_norm(self.model, thetas[g], grads[g] / self.n) for g in grads}
+        return np.concatenate(sums) / self.n + reg, np.array(
+            [norms.get(g, math.nan) for g in wanted]
         )
-        return np.concatenate(sums) / self.n + reg, norms
 
     def _loss_sums(self, thetas: np.ndarray, gradients: Sequence[int] = ()) -> np.ndarray:
         source, model = self.source, self.model

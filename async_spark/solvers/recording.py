@@ -9,6 +9,7 @@ slows the run it measures) and writes the objectives into the trace.
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -321,6 +322,11 @@ class Recorder:
             snapshots=[(s, v, values[i]) for i, (s, v, _) in enumerate(snapshots)],
             final_objective=values[last],
             time_to_target=time_to_target,
-            start_gradient_norm=float(norms[0]),
-            gradient_norm=float(norms[-1]),
+            start_gradient_norm=_known(norms[0]),
+            gradient_norm=_known(norms[-1]),
         )
+
+
+def _known(value: float) -> float | None:
+    """A norm, or None where the evaluation skipped it (NaN: too large to collect)."""
+    return None if math.isnan(value) else float(value)

@@ -204,6 +204,7 @@ def test_the_executor_check_gets_no_slot_fails_in_bounded_time_and_interrupts_it
         assert str(info.value).startswith(
             "the Spark Connect server's executors did not answer the environment check within 2 s"
         )
+        assert not any(t.startswith("async-spark-env-check") for t in connect.getTags())
     finally:
         connect.interruptTag(tag)
         blocker.join(30)

@@ -45,13 +45,18 @@ def _fd_gradient(model, theta, blocks, h=1e-6):
     return g
 
 
-@pytest.mark.parametrize("loss", ["logistic", "softmax"])
-def test_without_l1_it_is_the_norm_of_the_objectives_gradient(loss):
+@pytest.mark.parametrize(
+    "loss, centered", [("logistic", False), ("softmax", False), ("logistic", True)]
+)
+def test_without_l1_it_is_the_norm_of_the_objectives_gradient(loss, centered):
     X, y = _small(loss)
     source, desc = open_dataset((X, y), 2, loss=loss)
     classes = 3 if loss == "softmax" else None
     scale = np.linspace(0.5, 2.0, X.shape[1])
-    model = LinearModel(loss, X.shape[1], classes, l2=0.3, penalty_scale=tuple(scale))
+    center = tuple(np.linspace(-0.3, 0.4, X.shape[1])) if centered else None
+    model = LinearModel(
+        loss, X.shape[1], classes, l2=0.3, penalty_scale=tuple(scale), center=center
+    )
     blocks = _blocks(source)
     theta = np.random.default_rng(1).standard_normal(model.num_params)
     got = optimality_norm(model, theta, _data_gradient(model, theta, blocks))
@@ -114,6 +119,31 @@ def test_with_l1_it_is_zero_at_the_minimizer_and_the_smallest_subgradient_elsewh
     assert got == pytest.approx(float(np.linalg.norm(expect)), rel=1e-12)
 
 
+def test_softmax_with_l1_takes_each_class_weights_subgradient_with_its_columns_threshold():
+    X, y = _small("softmax")
+    source, _ = open_dataset((X, y), 2, loss="softmax")
+    scale = np.array([1.0, 0.5, 2.0, 1.0, 0.8])
+    model = LinearModel("softmax", 5, 3, l2=0.01, l1=0.05, penalty_scale=tuple(scale))
+    blocks = _blocks(source)
+    theta = np.random.default_rng(6).standard_normal(model.num_params)
+    theta[[1, 7, 13]] = 0.0  # a zero weight in each class's row
+    data = _data_gradient(model, theta, blocks)
+    g = data + penalty_gradient(model, theta)
+    W, G = theta[:15].reshape(3, 5), g[:15].reshape(3, 5)
+    expect = list(g[15:])  # the three intercepts: no penalty
+    for k in range(3):
+        for j in range(5):
+            t = model.l1 / scale[j]
+            if W[k, j] != 0:
+                expect.append(G[k, j] + t * np.sign(W[k, j]))
+            else:
+                expect.append(max(abs(G[k, j]) - t, 0.0))
+    got = optimality_norm(model, theta, data)
+    assert got == pytest.approx(float(np.linalg.norm(expect)), rel=1e-12)
+    with pytest.raises(ValueError, match="data_gradient must have 18 entries, got 1"):
+        optimality_norm(model, theta, np.zeros(1))
+
+
 def test_the_evaluation_job_returns_the_norms_of_the_snapshots_asked(cancer, monkeypatch):
     source, desc = cancer
     model = LinearModel("logistic", desc.d, l2=1e-2)
@@ -128,6 +158,13 @@ def test_the_evaluation_job_returns_the_norms_of_the_snapshots_asked(cancer, mon
     np.testing.assert_allclose(objs, [objective(model, t, blocks) for t in thetas], rtol=1e-12)
     with pytest.raises(IndexError, match="out of range"):
         Evaluator(source, model, desc.n).evaluate(thetas, gradients=(5,))
+    # a position asked twice: one gradient, its norm twice
+    _, twice = Evaluator(source, model, desc.n).evaluate(thetas, gradients=(3, 3))
+    np.testing.assert_allclose(twice, [expect[3], expect[3]], rtol=1e-12)
+    # gradient sums that would not fit the driver's budget: no norm, the objectives as ever
+    monkeypatch.setattr(evaluate_module, "_MAX_GRADIENT_BYTES", 3 * model.num_params * 8 - 1)
+    skipped = Evaluator(source, model, desc.n).evaluate(thetas, gradients=(0,))
+    assert np.isnan(skipped[1]).all() and np.array_equal(skipped[0], objs)
 
 
 @pytest.mark.spark

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 
@@ -75,3 +76,48 @@ def test_the_first_and_last_snapshots_give_the_start_and_final_optimality_norms(
     assert done.start_gradient_norm == 0.0  # the initial theta, zeros
     assert done.gradient_norm == 9.0 and done.final_objective == 11.0
     assert [v for _, _, v in done.snapshots] == [0.0, 5.0, 7.0, 11.0]
+
+
+class _OffsetEvaluator(_SumEvaluator):
+    """A side evaluator that tells its values apart: sum(theta) + 100."""
+
+    def objectives(self, thetas):
+        return np.atleast_2d(thetas).sum(axis=1) + 100.0
+
+
+def test_side_evaluated_snapshots_keep_their_values_and_the_norms_come_from_the_first_and_last():
+    asked = []
+
+    class Recording(_SumEvaluator):
+        def evaluate(self, thetas, gradients=()):
+            asked.append((np.array(thetas), tuple(gradients)))
+            return super().evaluate(thetas, gradients)
+
+    rec = Recorder(
+        Recording(), eval_every=1.0, initial_theta=np.full(2, 0.5), target_objective=-1e9
+    )
+    rec.evaluate_side_with(_OffsetEvaluator())
+    for k in range(1, 6):
+        rec.update(float(k), k, 0, 0, np.array([float(k), 1.0]))
+        if k in (2, 3):  # these two by the side thread, before the run goes on
+            deadline = time.monotonic() + 10
+            while len(rec.side.values) < k - 1 and time.monotonic() < deadline:
+                time.sleep(0.001)
+    rec.close()
+    side = dict(rec.side.values)
+    assert side and 0 not in side
+    done = rec.finish(5.5, 6, np.array([8.0, 0.0]))
+    values = [v for _, _, v in done.snapshots]
+    for i, v in enumerate(values):  # a side value is kept; the rest come from the job
+        assert v == side.get(i, float(np.sum(rec.snapshots[i][2])))
+    ((thetas, positions),) = asked
+    assert positions == (0, len(thetas) - 1)
+    assert len(thetas) == len(values) - len(side)  # the side's snapshots are not evaluated again
+    assert done.start_gradient_norm == 0.5 and done.gradient_norm == 8.0
+
+
+def test_a_run_without_updates_asks_for_one_snapshots_norm_twice():
+    rec = Recorder(_SumEvaluator(), eval_every=1.0, initial_theta=np.full(2, 3.0))
+    done = rec.finish(0.0, 0, np.full(2, 3.0))
+    assert done.start_gradient_norm == done.gradient_norm == 3.0
+    assert done.final_objective == 6.0 and len(done.snapshots) == 1
