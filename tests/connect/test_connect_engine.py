@@ -160,22 +160,8 @@ def test_a_dataframe_from_spark_read_trains_on_its_own_partitions(connect, tmp_p
     )
 
 
-class _Sleep:
-    """mapInArrow function: holds its task slot for ``seconds`` (or until interrupted)."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-
-    def __call__(self, batches):
-        import time as _time
-
-        for batch in batches:
-            _time.sleep(self.seconds)
-            yield batch
-
-
 def test_the_executor_check_gets_no_slot_fails_in_bounded_time_and_interrupts_its_job(
-    connect, monkeypatch
+    connect, spark_ui, monkeypatch
 ):
     import threading
 
@@ -183,10 +169,17 @@ def test_the_executor_check_gets_no_slot_fails_in_bounded_time_and_interrupts_it
 
     tag = "test-occupy-every-connect-slot"
 
+    def hold_the_slot(batches):  # (nested: shipped by value, the server cannot import tests/)
+        import time as _time
+
+        for batch in batches:
+            _time.sleep(60.0)
+            yield batch
+
     def occupy() -> None:
         connect.addTag(tag)  # (tags belong to the thread that starts the operation)
         try:
-            connect.range(2, numPartitions=2).mapInArrow(_Sleep(60.0), "id long").collect()
+            connect.range(2, numPartitions=2).mapInArrow(hold_the_slot, "id long").collect()
         except Exception:
             pass  # interrupted below
         finally:
@@ -195,7 +188,10 @@ def test_the_executor_check_gets_no_slot_fails_in_bounded_time_and_interrupts_it
     blocker = threading.Thread(target=occupy, daemon=True)
     blocker.start()
     try:
-        time.sleep(4.0)  # the sleeping tasks take both slots of local[2]
+        deadline = time.monotonic() + 30
+        while spark_ui.active_tasks() < 2:  # both slots of local[2] held
+            assert time.monotonic() < deadline, "the blocking tasks did not start"
+            time.sleep(0.1)
         monkeypatch.setenv("SPARK_ASYNC_SPARK_ENVCHECKTIMEOUT", "2")
         t0 = time.monotonic()
         with pytest.raises(session.ExecutorEnvironmentError) as info:
@@ -205,6 +201,7 @@ def test_the_executor_check_gets_no_slot_fails_in_bounded_time_and_interrupts_it
             "the Spark Connect server's executors did not answer the environment check within 2 s"
         )
         assert not any(t.startswith("async-spark-env-check") for t in connect.getTags())
+        assert spark_ui.active_tasks() == 2  # the probe's job went, the blocking tasks stay
     finally:
         connect.interruptTag(tag)
         blocker.join(30)

@@ -170,10 +170,11 @@ def test_a_check_that_gets_no_task_slot_fails_in_bounded_time_and_cancels_its_jo
         started.wait(10)
         tracker = sc.statusTracker()
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:  # until the sleeping tasks hold every slot
+        while True:  # until the sleeping tasks hold every slot
             stages = [tracker.getStageInfo(i) for i in tracker.getActiveStageIds()]
             if sum(st.numActiveTasks for st in stages if st is not None) >= slots:
                 break
+            assert time.monotonic() < deadline, "the blocking tasks did not start"
             time.sleep(0.05)
         monkeypatch.setenv("SPARK_ASYNC_SPARK_ENVCHECKTIMEOUT", "1.5")
         t0 = time.monotonic()
