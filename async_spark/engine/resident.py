@@ -27,9 +27,12 @@ listens on the client's address towards the Connect server (:func:`.connect.clie
 the executors dial it, or the address given by ``advertise`` / ``spark.async_spark.resident.advertise``
 (NAT, port forwarding); the job carries a session tag, interrupted when the run ends or fails.
 
-This module is the driver's side (the job itself, launched and relaunched, is
-:mod:`.resident_job`'s; one connection, the options and the server's address are
-:mod:`.resident_conn`'s; the versions each worker holds, :mod:`.resident_versions`'s); what runs
+This module is the driver's side: the connections, their tickets in flight, results and faults.
+The job itself, launched and relaunched, is :mod:`.resident_job`'s; accepting a connection and
+checking its secret and hello, :mod:`.resident_admit`'s; reading the sockets in the thread that
+waits for results, :mod:`.resident_poll`'s; a ticket's encoding and send,
+:mod:`.resident_tickets`'s; one connection, the options and the server's address,
+:mod:`.resident_conn`'s; the versions each worker holds, :mod:`.resident_versions`'s. What runs
 in the executors is :mod:`.resident_worker`. See
 ``docs/resident.md`` for the protocol, the security model and how to use it.
 """
@@ -40,20 +43,19 @@ import contextlib
 import itertools
 import logging
 import math
-import queue
 import secrets
-import selectors
 import socket
 import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any
 
 from .core import TaskStatus, TaskTicket
 from .history import InlinePublisher, InlineRef
+from .resident_admit import Admission
 from .resident_conn import (
     WorkerConnection,
     advertised_address,
@@ -62,15 +64,14 @@ from .resident_conn import (
     no_worker_error,
 )
 from .resident_job import ResidentJob, configured_connect_timeout
-from .resident_versions import VersionLedger
+from .resident_poll import OutcomeQueue, SocketPoller
+from .resident_tickets import TicketWriter
 from .resident_worker import WorkerConfig
 from .stragglers import NO_DELAY
 from .task import (
     TaskFunction,
     TaskReport,
-    held_field,
     keeps_held_rows,
-    replace_field,
 )
 from .transport import Outcome, TaskCall, Transport
 from .wire import (
@@ -82,17 +83,13 @@ from .wire import (
     UnsupportedValue,
     WireError,
     encode_frame,
-    frame_size,
     send_frame,
-    server_handshake,
-    set_nodelay,
 )
 
 log = logging.getLogger(__name__)
 
 __all__ = ["ResidentTransport", "SideCallFailed"]
 
-_CORK_BELOW = 1 << 16  # tickets up to this size wait for the end of a batch(); larger go at once
 _EXIT_WAIT = 10.0  # seconds close() waits for the workers to leave before cancelling the job
 _LATE_EXIT_WAIT = 1.0  # the same when some task never connected (it would not hear "exit")
 _EXIT = tuple(encode_frame("exit"))  # what tells a worker to leave (immutable: sent as is)
@@ -101,45 +98,6 @@ _EXIT = tuple(encode_frame("exit"))  # what tells a worker to leave (immutable: 
 class SideCallFailed(RuntimeError):
     """A side call (:meth:`ResidentTransport.side_call`) did not return: its worker was lost,
     the task failed or was cancelled, or the transport closed."""
-
-
-class _Outcomes:
-    """The transport's ``outcomes``: finished tasks in a deque. A thread waiting in :meth:`get`
-    reads the workers' sockets itself meanwhile (:meth:`ResidentTransport._poll`), so a result
-    reaches the engine's thread without a reader thread or a hand-off."""
-
-    def __init__(self, transport: ResidentTransport) -> None:
-        self._transport = transport
-        self._ready: deque[Outcome] = deque()
-
-    def put(self, outcome: Outcome) -> None:
-        self._ready.append(outcome)
-        self._transport._wake_poller()
-
-    def get(self, block: bool = True, timeout: float | None = None) -> Outcome:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            try:
-                return self._ready.popleft()
-            except IndexError:
-                pass
-            left = 1.0 if deadline is None else deadline - time.monotonic()
-            if not block or left <= 0:
-                self._transport._poll(0.0)
-                try:
-                    return self._ready.popleft()
-                except IndexError:
-                    raise queue.Empty from None
-            self._transport._poll(min(left, 1.0))
-
-    def get_nowait(self) -> Outcome:
-        return self.get(block=False)
-
-    def empty(self) -> bool:
-        return not self._ready
-
-    def qsize(self) -> int:
-        return len(self._ready)
 
 
 class ResidentTransport(Transport):
@@ -276,24 +234,15 @@ class ResidentTransport(Transport):
         # task id -> its connection (None: pending)
         self._where: dict[int, WorkerConnection | None] = {}
         self._pending: dict[int, deque[tuple[TaskTicket, TaskCall, float]]] = {}
-        self._versions = VersionLedger(max_versions)  # what each worker holds; delta bases
+        self._tickets = TicketWriter(self._mutex, max_versions, self._send, self._drop)
         # side calls: negative task ids (and model versions), outside the engine's accounting
         self._side: dict[int, Future[Any]] = {}
         self._side_ids = itertools.count(-1, -1)
         self._started_fn: TaskFunction | None = None
         self._threads: list[threading.Thread] = []
-        self._handshakes = threading.BoundedSemaphore(32)
-        self.outcomes = _Outcomes(self)  # type: ignore[assignment]
-        self._corked = threading.local()  # a thread's held-back ticket frames, in batch()
         # one reader at a time: the thread waiting for outcomes, else the monitor
-        self._read_lock = threading.Lock()
-        self._poller: int | None = None  # ident of the thread reading now
-        self._selector: selectors.BaseSelector | None = None
-        # (un)registrations for the reader
-        self._changes: deque[tuple[str, WorkerConnection]] = deque()
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
-        self._wake_w.setblocking(False)
+        self._poller = SocketPoller()
+        self.outcomes = OutcomeQueue(self._poll, self._poller.wake)  # type: ignore[assignment]
         self._server: socket.socket | None = None
         self._closing = threading.Event()
         self._started = False
@@ -302,9 +251,6 @@ class ResidentTransport(Transport):
         self._job_error: str | None = None
         self._job: ResidentJob | None = None
         self.blocks_waiting_at_start = 0  # blocks without a worker when start() returned
-        self._table_counts = {"full": 0, "held": 0, "commit": 0}
-        self._ticket_bytes = 0
-        self._ticket_writes = 0  # socket writes that carried tickets (batch() joins them)
         self.address: tuple[str, int] | None = None  # where the server listens
         self.advertised: tuple[str, int] | None = None  # what the workers dial
 
@@ -363,9 +309,18 @@ class ResidentTransport(Transport):
                 max_versions=self.max_versions,
                 frame=self._frame_source,
             )
-            self._selector = selectors.DefaultSelector()
-            self._selector.register(self._wake_r, selectors.EVENT_READ, None)
-            self._spawn(self._accept_loop, "async-spark-resident-accept")
+            self._poller.open()
+            admission = Admission(
+                self._server,
+                self._secret,
+                max_frame_bytes=self.max_frame_bytes,
+                handshake_timeout=self.handshake_timeout,
+                closing=self._closing,
+                register=self._register,
+                early_frames=self._early_frames,
+                spawn=self._spawn,
+            )
+            self._spawn(admission.accept_loop, "async-spark-resident-accept")
             self._spawn(self._monitor_loop, "async-spark-resident-monitor")
             self._job = ResidentJob(
                 self.spark,
@@ -520,16 +475,10 @@ class ResidentTransport(Transport):
                 self._drop(conn, "transport closed")
             for t in self._threads:
                 t.join(max(0.1, deadline - time.monotonic()))
-            with self._read_lock:
-                self._apply_changes()
-                if self._selector is not None:
-                    self._selector.close()
-                    self._selector = None
-            self._wake_r.close()
-            self._wake_w.close()
+            self._poller.close()
             log.debug("resident transport: closed")
             with self._lock:
-                self._versions.clear()
+                self._tickets.versions.clear()
                 leftover = list(self._side)
             for side_id in leftover:
                 self._settle_side(side_id, TaskStatus.CANCELLED, None, "transport closed")
@@ -607,95 +556,12 @@ class ResidentTransport(Transport):
             future.set_exception(SideCallFailed(f"side call {side_id}: {why}"))
 
     def _send_ticket(self, conn: WorkerConnection, ticket: TaskTicket, call: TaskCall) -> None:
-        model = call.model_ref.value if call.model_ref is not None else None
-        version = call.version
-        fields: dict[str, Any] = {"id": ticket.task_id, "b": ticket.block, "v": version}
-        delay = call.delay
-        if delay != NO_DELAY:
-            fields["d"] = [delay.sleep_seconds, delay.slow_executor, delay.slow_factor]
-        with conn.send_lock:
-            if conn.closed:
-                return  # its drop already failed this ticket
-            mode, base, part = self._model_part(conn, version, model)
-            fields["m"] = mode
-            if base is not None:
-                fields["base"] = base
-            args, table = self._table_part(conn, ticket, call.args, fields)
-            parts = encode_frame("ticket", fields, (part, args, table))
-            size = frame_size(parts)
-            corked = getattr(self._corked, "frames", None)
-            if corked is not None and size <= _CORK_BELOW:
-                self._hold(conn, version, model, mode, size, writes=0)
-                # joined now: the frame must not change if the caller reuses its arrays
-                corked.setdefault(conn, []).append(b"".join(parts))
-                return
-            self._hold(conn, version, model, mode, size, writes=1)
-            try:
-                send_frame(conn.sock, parts, size)
-                conn.last_sent = time.monotonic()
-                return
-            except OSError as exc:
-                send_error = exc
-        self._drop(conn, f"send failed: {send_error}")
+        self._tickets.send(conn, ticket, call)
 
-    @contextlib.contextmanager
-    def batch(self) -> Iterator[None]:
+    def batch(self) -> contextlib.AbstractContextManager[None]:
         """Small tickets submitted by this thread inside the context go out when it ends, one
-        write per worker connection (a ``sendall`` on loopback costs more than encoding a ticket).
-        A worker's tickets keep their order; nested contexts send at the outermost's end."""
-        if getattr(self._corked, "frames", None) is not None:
-            yield
-            return
-        frames: dict[WorkerConnection, list[bytes]] = {}
-        self._corked.frames = frames
-        try:
-            yield
-        finally:
-            self._corked.frames = None
-            for conn, held in frames.items():
-                if self._send(conn, [b"".join(held)]):
-                    self._count_write()
-
-    def _count_write(self) -> None:
-        with self._mutex:
-            self._ticket_writes += 1
-
-    def _table_part(
-        self, conn: WorkerConnection, ticket: TaskTicket, args: Any, fields: dict[str, Any]
-    ) -> tuple[Any, Any]:
-        """The args to send (a HeldRows field emptied: the worker fills it from its table) and
-        the table when the worker must get it in full; the instruction goes in ``fields``."""
-        i = held_field(args)
-        if i is None:
-            return args, None
-        with self._mutex:
-            instruction, table = conn.tables.instruct(
-                ticket.task_id, ticket.block, ticket.block_task, i, args[i]
-            )
-            self._table_counts[instruction.mode] += 1
-        fields["s"] = instruction.to_header()
-        return replace_field(args, i, None), table
-
-    def _model_part(
-        self, conn: WorkerConnection, version: int, model: Any
-    ) -> tuple[str, int | None, Any]:
-        """How ``version`` travels to this worker (:class:`.resident_versions.VersionLedger`):
-        ``held``, a ``delta`` against the newest version it holds, or ``full``."""
-        with self._mutex:
-            held, base_version, base = self._versions.base(conn.held, version)
-        if held:
-            return "held", None, None
-        return self._versions.part(model, base_version, base)
-
-    def _hold(
-        self, conn: WorkerConnection, version: int, model: Any, mode: str, size: int, writes: int
-    ) -> None:
-        """Record that the worker now holds ``version`` (the same rule as its own store), and
-        count the ticket's ``size`` in bytes and the socket ``writes`` it takes (0 or 1)."""
-        with self._mutex:
-            self._ticket_bytes += size
-            self._ticket_writes += writes
-            self._versions.hold(conn.held, version, model, mode, live=not conn.closed)
+        write per worker connection (:meth:`.TicketWriter.batch`)."""
+        return self._tickets.batch()
 
     def cancel(self, ticket: TaskTicket) -> None:
         with self._lock:
@@ -771,113 +637,16 @@ class ResidentTransport(Transport):
         self.outcomes.put(Outcome(ticket, status, report, time.monotonic() - t0, error))
 
     # --- connections --------------------------------------------------------------------------
-    def _accept_loop(self) -> None:
-        server = self._server
-        assert server is not None
-        while not self._closing.is_set():
-            try:
-                sock, addr = server.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return  # closed
-            peer = f"{addr[0]}:{addr[1]}"
-            if not self._handshakes.acquire(blocking=False):
-                log.warning("resident transport: refused %s: too many handshakes at once", peer)
-                sock.close()
-                continue
-            self._spawn(self._admit, f"async-spark-resident-admit-{peer}", sock, peer)
+    def _poll(self, timeout: float) -> None:
+        """Read whatever the workers sent, waiting up to ``timeout`` for something
+        (:meth:`.SocketPoller.poll`)."""
+        self._poller.poll(timeout, self._read)
 
-    def _admit(self, sock: socket.socket, peer: str) -> None:
-        """Handshake and hello (blocking, bounded); then the connection belongs to the reader."""
-        reader = FrameReader(self.max_frame_bytes)
-        try:
-            try:
-                set_nodelay(sock)
-                server_handshake(sock, self._secret, timeout=self.handshake_timeout)
-            except (WireError, OSError) as exc:
-                log.warning("resident transport: refused connection from %s: %s", peer, exc)
-                sock.close()
-                return
-            finally:
-                self._handshakes.release()
-            sock.settimeout(self.handshake_timeout)  # the hello must follow at once
-            frames: list[Frame] = []
-            while not frames:
-                frames = reader.read(sock)
-            sock.settimeout(None)
-            hello, rest = frames[0], frames[1:]
-            conn = self._register(sock, peer, hello.kind, hello.fields, reader)
-        except (WireError, OSError) as exc:
-            if not self._closing.is_set():
-                log.warning(
-                    "resident transport: closed connection from %s: %s: %s",
-                    peer,
-                    type(exc).__name__,
-                    exc,
-                )
-            sock.close()
-            return
-        with self._read_lock:  # frames that came with the hello
-            for frame in rest:
+    def _early_frames(self, conn: WorkerConnection, frames: list[Frame]) -> None:
+        with self._poller.reading():  # frames that came with the hello, handled as read
+            for frame in frames:
                 if not self._handle(conn, frame):
                     break
-
-    def _wake_poller(self) -> None:
-        if self._poller != threading.get_ident():
-            try:
-                self._wake_w.send(b"\0")
-            except OSError:  # full (a wake-up is pending anyway) or closed
-                pass
-
-    def _apply_changes(self) -> None:
-        """(Un)register connections with the selector; called by the reader (read lock held)."""
-        while self._changes:
-            what, conn = self._changes.popleft()
-            if what == "add" and self._selector is not None and not conn.closed:
-                self._selector.register(conn.sock, selectors.EVENT_READ, conn)
-                conn.registered = True
-            elif what == "remove":
-                if conn.registered and self._selector is not None:
-                    try:
-                        self._selector.unregister(conn.sock)
-                    except (KeyError, ValueError):
-                        pass
-                conn.registered = False
-                with conn.send_lock:  # no send can pick up the number of a reused descriptor
-                    conn.sock.close()
-
-    def _poll(self, timeout: float) -> None:
-        """Read whatever the workers sent, waiting up to ``timeout`` for something; returns at
-        once when another thread is reading (``timeout`` 0) or took the whole wait."""
-        if timeout > 0:
-            got = self._read_lock.acquire(timeout=timeout)
-        else:
-            got = self._read_lock.acquire(blocking=False)
-        if not got:
-            return
-        try:
-            self._poller = threading.get_ident()
-            self._apply_changes()
-            selector = self._selector
-            if selector is None:  # closed: outcomes come only from put()
-                if timeout > 0:
-                    time.sleep(min(timeout, 0.01))
-                return
-            for key, _mask in selector.select(timeout):
-                conn = key.data
-                if conn is None:  # the wake-up socket
-                    try:
-                        while self._wake_r.recv(4096):
-                            pass
-                    except OSError:
-                        pass
-                    self._apply_changes()
-                elif not conn.closed:
-                    self._read(conn)
-        finally:
-            self._poller = None
-            self._read_lock.release()
 
     def _read(self, conn: WorkerConnection) -> None:
         try:
@@ -957,7 +726,7 @@ class ResidentTransport(Transport):
             if self._closing.is_set():
                 raise ConnectionClosed("transport closing")
             self._conns.add(conn)
-            self._changes.append(("add", conn))
+            self._poller.add(conn)
             flush = []
             for b in conn.blocks:
                 self._owners[b] = conn
@@ -966,7 +735,6 @@ class ResidentTransport(Transport):
                     conn.in_flight[ticket.task_id] = (ticket, t0)
                     flush.append((ticket, call))
             self._lock.notify_all()
-        self._wake_poller()
         log.info("resident transport: %s connected", conn)
         for ticket, call in flush:
             try:
@@ -1022,7 +790,7 @@ class ResidentTransport(Transport):
             conn.in_flight.clear()
             for ticket, _ in flights:
                 self._where.pop(ticket.task_id, None)
-            self._versions.release(conn.held)
+            self._tickets.versions.release(conn.held)
         closing = self._closing.is_set()
         if not closing:
             log.warning(
@@ -1040,17 +808,14 @@ class ResidentTransport(Transport):
             conn.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
-        self._changes.append(("remove", conn))  # the reader unregisters and closes it
-        self._wake_poller()
+        self._poller.remove(conn)  # the reader unregisters and closes it
         return len(flights)
 
     def _monitor_loop(self) -> None:
         tick = min(0.5, self.heartbeat_seconds / 2)
         beat = encode_frame("hb")
         while not self._closing.wait(tick):
-            if self._read_lock.acquire(blocking=False):  # nobody is reading: read for them
-                self._read_lock.release()
-                self._poll(0.0)
+            self._poll(0.0)  # read for the engine, unless it is reading
             now = time.monotonic()
             with self._lock:
                 conns = list(self._conns)
@@ -1089,13 +854,7 @@ class ResidentTransport(Transport):
         ``copies_kept``: the versions copied on the driver while a worker holds them (the bases
         of deltas; at most ``max_versions`` per worker)."""
         with self._lock:
-            out = {f"model_{k}": v for k, v in self._versions.counts.items()}
-            out["tickets"] = sum(out.values())
-            out.update({f"table_{k}": v for k, v in self._table_counts.items()})
-            out["ticket_bytes"] = self._ticket_bytes
-            out["ticket_writes"] = self._ticket_writes
-            out["copies_kept"] = self._versions.copies_kept
-        return out
+            return self._tickets.stats()
 
     def workers(self) -> list[dict[str, Any]]:
         """The connected workers: blocks, executor, Python pid, Spark partition and attempt."""
