@@ -105,6 +105,14 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         help="restart the momentum of synchronous ag/apg with an automatic step when the step "
         "points against it (O'Donoghue & Candes; docs/steps.md)",
     )
+    p.add_argument(
+        "--block-weights",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="weigh each result of asgd and the asynchronous momentum methods by the inverse of "
+        "its block's share of the recent results, so that a fast block does not count more "
+        "(docs/steps.md)",
+    )
     p.add_argument("--l2", type=parse_float, default=1e-4, help="L2 penalty (l2/2)*||w||^2, >= 0")
     p.add_argument(
         "--l1", type=parse_float, default=0.0, help="L1 penalty l1*||w||_1 on the weights, >= 0"
@@ -290,6 +298,7 @@ def train_configs(args: argparse.Namespace) -> list[Any]:
             momentum=args.momentum if method in MOMENTUM_METHODS else None,
             momentum_damping=args.momentum_damping,
             momentum_restart=args.momentum_restart,
+            block_weights=args.block_weights,
             stragglers=args.stragglers,
             straggler_base=args.straggler_base,
             seed=args.seed,

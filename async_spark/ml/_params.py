@@ -71,6 +71,7 @@ PARAM_NAMES = {
     "momentum_damping": "momentumDamping",
     "step_safeguard": "stepSafeguard",
     "momentum_restart": "momentumRestart",
+    "block_weights": "blockWeights",
 }
 
 
@@ -242,6 +243,14 @@ class _AsyncLinearParams(_PredictorParams, HasRegParam, HasElasticNetParam, HasS
         "points against it (O'Donoghue & Candes' gradient scheme; docs/steps.md).",
         typeConverter=TypeConverters.toBoolean,
     )
+    blockWeights: Param[bool] = Param(
+        Params._dummy(),
+        "blockWeights",
+        "weigh each result of asgd and the asynchronous momentum methods by the inverse of its "
+        "block's share of the recent results, so that a fast block does not count more "
+        "(docs/steps.md).",
+        typeConverter=TypeConverters.toBoolean,
+    )
     stepSafeguard: Param[bool] = Param(
         Params._dummy(),
         "stepSafeguard",
@@ -368,6 +377,7 @@ class _AsyncLinearParams(_PredictorParams, HasRegParam, HasElasticNetParam, HasS
             momentum=0.0,
             momentumDamping=None,
             momentumRestart=True,
+            blockWeights=True,
             stepSafeguard=True,
             regParam=0.0,
             elasticNetParam=0.0,
@@ -404,6 +414,9 @@ class _AsyncLinearParams(_PredictorParams, HasRegParam, HasElasticNetParam, HasS
 
     def getMomentumRestart(self) -> bool:
         return self.getOrDefault(self.momentumRestart)
+
+    def getBlockWeights(self) -> bool:
+        return self.getOrDefault(self.blockWeights)
 
     def getStepSafeguard(self) -> bool:
         return self.getOrDefault(self.stepSafeguard)
@@ -473,6 +486,7 @@ class _AsyncLinearParams(_PredictorParams, HasRegParam, HasElasticNetParam, HasS
             momentum=momentum,
             momentum_damping=self.getMomentumDamping(),
             momentum_restart=self.getMomentumRestart(),
+            block_weights=self.getBlockWeights(),
             step_safeguard=self.getStepSafeguard(),
             batch_fraction=self.getBatchFraction() or None,
             beta=None if beta == 0.0 else beta,
@@ -512,6 +526,9 @@ class _HasSetters(Params):
 
     def setMomentumRestart(self, value: bool) -> Any:
         return self._set(momentumRestart=value)
+
+    def setBlockWeights(self, value: bool) -> Any:
+        return self._set(blockWeights=value)
 
     def setStepSafeguard(self, value: bool) -> Any:
         return self._set(stepSafeguard=value)

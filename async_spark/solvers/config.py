@@ -77,6 +77,9 @@ class TrainConfig:
     momentum_damping: float | None = None
     # the gradient restart of synchronous ag/apg with an automatic step (solvers.methods)
     momentum_restart: bool = True
+    # weigh an asynchronous SGD or momentum result by the inverse of its block's share of the
+    # recent results, so that fast blocks do not count more (solvers.loop.BlockShares)
+    block_weights: bool = True
     # the fraction of its block a task samples; None: the method's default (0.1 for SAGA, the
     # whole block for the others: methods.DEFAULT_BATCH_FRACTION)
     batch_fraction: float | None = None
@@ -119,7 +122,7 @@ class TrainConfig:
         check_choice("penalty_on", self.penalty_on, PENALTY_ON)
         if self.step != "auto":
             self.step = check_number("step", self.step)
-        for name in ("step_safeguard", "momentum_restart"):
+        for name in ("step_safeguard", "momentum_restart", "block_weights"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(name, f"must be true or false, got {quote(getattr(self, name))}")
         if self.step_rule is not None:

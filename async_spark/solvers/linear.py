@@ -51,7 +51,7 @@ from async_spark.reporting.progress import TrainingProgress
 from .checkpoint import Checkpoint, check_compatible, save_checkpoint, state_from_parts
 from .config import TrainConfig
 from .evaluate import Evaluator, WorkerEvaluator
-from .loop import Current, Limits, LoopEnd, Messages, run_updates
+from .loop import BlockShares, Current, Limits, LoopEnd, Messages, run_updates
 from .methods import Dispatch, Method, Problem, Setup, StepChoice, method
 from .recording import Recorder, RunRecord
 from .safeguard import StepSafeguard
@@ -92,6 +92,9 @@ class TrainResult:
     # how far from optimal (models.linear.optimality_norm): at the start and the returned model
     start_gradient_norm: float | None = None
     gradient_norm: float | None = None
+    # asynchronous SGD and momentum: each block's share of the recent results at the end and the
+    # range of the weights their results got (.loop.BlockShares); None when not weighted
+    block_weights: dict[str, Any] | None = None
 
     def coefficients(self) -> tuple[np.ndarray, np.ndarray]:
         """Weights ``(K, d)`` and intercepts ``(K,)`` for the raw (unstandardized) features."""
@@ -115,6 +118,7 @@ class TrainResult:
             "stragglers": self.engine_snapshot["stragglers"],
             "step": self.step,
             "step_safeguard": self.step_safeguard,
+            "block_weights": self.block_weights,
             "standardize": self.config.standardize,
             "penalty_on": self.config.penalty_on,
             "l2": self.config.l2,
@@ -588,7 +592,7 @@ def train_linear(
     # tasks compute losses only: the per-column penalty scale stays on the driver
     worker_model = dataclasses.replace(problem.model, penalty_scale=None)
     task = LinearTask(source, worker_model, config.seed, family.computation)
-    messages = Messages(family, row.synchronous)
+    messages = Messages(family, row.synchronous, desc.num_blocks, config.block_weights)
     task_args = _TaskArgs(family, task, current, messages, cast(float, config.batch_fraction))
     run_name = f"{config.method}-{desc.dataset_id[:24]}"
     make_engine = _engine_maker(
@@ -632,9 +636,8 @@ def train_linear(
             bar.close(functools.partial(_bar_details, engine))
     model = np.array(family.iterate(current.theta, current.state))
     record = recorder.finish(end.wall, engine.version, model)
-    return _result(
-        config, problem, row, step, model, end, record, engine, safeguard, setup_seconds, current
-    )
+    parts = (problem, row, step, model, end, record, engine, safeguard, setup_seconds, current)
+    return _result(config, *parts, messages.shares)
 
 
 def _on_frame(
@@ -686,6 +689,7 @@ def _result(
     safeguard: StepSafeguard | None,
     setup_seconds: float,
     current: Current,
+    shares: BlockShares | None,
 ) -> TrainResult:
     """What the run produced, from the loop's end, the recording, the engine's snapshot and
     the rule the run ended with (a momentum rule's ``final_beta`` differs from the automatic
@@ -718,6 +722,7 @@ def _result(
         setup_seconds=setup_seconds,
         start_gradient_norm=record.start_gradient_norm,
         gradient_norm=record.gradient_norm,
+        block_weights=None if shares is None else shares.summary(),
     )
 
 

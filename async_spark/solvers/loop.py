@@ -6,6 +6,7 @@ transport (the engine hands it accepted results, whichever way the tasks ran).
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -19,10 +20,11 @@ from .methods import Family
 from .recording import Recorder
 from .safeguard import StepSafeguard
 
-__all__ = ["Current", "Limits", "LoopEnd", "Messages", "run_updates"]
+__all__ = ["BlockShares", "Current", "Limits", "LoopEnd", "Messages", "run_updates"]
 
 DIVERGENCE_FACTOR = 1e4  # gradient norm growth over the first updates that means divergence
 EARLY_UPDATES = 10  # updates whose gradient norms set the scale divergence is measured against
+SHARE_HORIZON_PER_BLOCK = 32  # BlockShares' horizon, in results per block
 
 
 @dataclass
@@ -49,20 +51,71 @@ class LoopEnd(NamedTuple):
     wall: float
 
 
+class BlockShares:
+    """Each block's share of the recent asynchronous results, and the weight that makes every
+    block count alike: ``1 / (live blocks * share)``, at most the number of live blocks.
+
+    Applied one result at a time, a block's gradient counts as often as its block answers, so
+    asynchronous SGD and momentum head for the minimizer of the blocks' losses weighted by their
+    speeds, not of the objective, whatever the step (how far that is: ``benchmarks/conditioning.py
+    --block-shares``; docs/steps.md, "Block weights"). Weighting a result by the inverse of its
+    block's share makes the expected update the objective's gradient again: the correction of
+    Horvitz & Thompson (J. Amer. Stat. Assoc. 47, 1952) for a sample drawn with unequal
+    probabilities. The shares are exponentially weighted counts over about ``horizon`` results
+    (a block's speed may change: a throttled executor), starting equal; the cap bounds the step
+    a rare straggler's result takes.
+    """
+
+    def __init__(self, num_blocks: int, horizon: int) -> None:
+        if num_blocks < 1 or horizon < 1:
+            raise ValueError(f"need num_blocks >= 1 and horizon >= 1, got {num_blocks}, {horizon}")
+        self.decay = 1.0 - 1.0 / horizon
+        self.counts = np.full(num_blocks, horizon / num_blocks)
+        self.low = math.inf  # the range of the weights applied
+        self.high = 0.0
+
+    def weight(self, block: int, live_blocks: int) -> float:
+        """The weight of ``block``'s result arriving now (then counted in the shares)."""
+        counts = self.counts
+        live = max(1, live_blocks)
+        counts *= self.decay
+        # counted half before and half after its weight: a block's count is lowest just before
+        # its own result and highest just after, and either end alone biases its weight by
+        # about 1/horizon (the midpoint cancels that to first order)
+        counts[block] += 0.5
+        w = min(float(live), float(counts.sum()) / (live * float(counts[block])))
+        counts[block] += 0.5
+        self.low, self.high = min(self.low, w), max(self.high, w)
+        return w
+
+    def summary(self) -> dict[str, Any]:
+        total = float(self.counts.sum())
+        return {
+            "shares": [round(float(c) / total, 4) for c in self.counts],
+            "weight_range": None if self.high == 0.0 else [round(self.low, 4), round(self.high, 4)],
+        }
+
+
 class Messages:
     """Results -> the rule's messages.
 
     Keeps the memo of each block's task in flight (at most one per block, so this stays bounded
     whatever happens to the tasks) and, for synchronous methods, buffers a round's messages until
     every live block has answered, then combines them in block order (so a seeded round does not
-    depend on the order its results arrived in).
+    depend on the order its results arrived in). An asynchronous message of a family that weighs
+    blocks (``family.weighs_blocks``) is weighted by :class:`BlockShares`.
     """
 
-    def __init__(self, family: Family, synchronous: bool) -> None:
+    def __init__(
+        self, family: Family, synchronous: bool, num_blocks: int = 1, weigh_blocks: bool = True
+    ) -> None:
         self.family = family
         self.synchronous = synchronous
         self._memos: dict[int, tuple[int, Any]] = {}
         self._round: list[tuple[int, Any]] = []
+        self.shares: BlockShares | None = None
+        if weigh_blocks and not synchronous and family.weighs_blocks and num_blocks > 1:
+            self.shares = BlockShares(num_blocks, SHARE_HORIZON_PER_BLOCK * num_blocks)
 
     def dispatched(self, block: int, task_id: int, memo: Any) -> None:
         self._memos[block] = (task_id, memo)
@@ -73,6 +126,8 @@ class Messages:
         assert task_id == result.task_id, "one task in flight per block"
         msg = self.family.message(result, memo)
         if not self.synchronous:
+            if self.shares is not None:
+                msg = self.family.weighted(msg, self.shares.weight(result.block, live_blocks))
             return msg
         self._round.append((result.block, msg))
         if len(self._round) < live_blocks:

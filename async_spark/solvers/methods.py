@@ -137,6 +137,11 @@ class Family(Protocol):
     #: whether every update needs every block's rows (a line search's exact objective): a block
     #: given up then ends the run, where the other methods go on with the blocks left
     needs_every_block: bool
+    #: whether an asynchronous result is weighted by the inverse of its block's share of the
+    #: recent results (:class:`~.loop.BlockShares`) through :meth:`weighted`: the methods whose
+    #: update is the block's gradient alone (SGD, momentum); not SAGA, whose table keeps every
+    #: block's last gradient, nor DC-ASGD, whose compensation is kept as published
+    weighs_blocks: bool
 
     def choose_step(self, problem: Problem, setup: Setup) -> StepChoice: ...
 
@@ -147,6 +152,10 @@ class Family(Protocol):
     def message(self, result: TaskResult, memo: Any) -> Any: ...
 
     def combine(self, messages: Sequence[Any]) -> Any: ...
+
+    def weighted(self, message: Any, weight: float) -> Any:
+        """``message`` counted ``weight`` times (only called when ``weighs_blocks``)."""
+        ...
 
     def signal(self, message: Any) -> np.ndarray: ...
 
@@ -167,6 +176,10 @@ class _RunsToTheBudget:
 
     reads_losses = False
     needs_every_block = False
+    weighs_blocks = False
+
+    def weighted(self, message: Any, weight: float) -> Any:
+        raise TypeError(f"{type(self).__name__} does not weigh its blocks' results")
 
     def after_rise(self, rule: Rule, params: np.ndarray, state: Any) -> tuple[np.ndarray, Any]:
         return params, state  # SAGA's table, SGD's nothing: carried over with the lowered step
@@ -249,6 +262,11 @@ class _GradientMessages(_RunsToTheBudget):
 
     def combine(self, messages: Sequence[SGDMessage]) -> SGDMessage:
         return combine_sgd_messages(messages)
+
+    weighs_blocks = True
+
+    def weighted(self, message: SGDMessage, weight: float) -> SGDMessage:
+        return message._replace(grad_sum=np.asarray(message.grad_sum) * weight)
 
     def signal(self, message: SGDMessage) -> np.ndarray:
         return np.asarray(message.grad_sum)
@@ -427,6 +445,10 @@ class LBFGSFamily:
     reads_losses = True
     needs_every_block = True  # a round without a block is evaluated again: with one given up,
     # every round would be, until the budget
+    weighs_blocks = False  # synchronous rounds only
+
+    def weighted(self, message: LBFGSMessage, weight: float) -> LBFGSMessage:
+        raise TypeError("L-BFGS runs synchronous rounds: no block is weighted")
 
     def choose_step(self, problem: Problem, setup: Setup) -> StepChoice:
         return StepChoice(1.0)  # the unit quasi-Newton step, shortened by the line search

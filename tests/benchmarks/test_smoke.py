@@ -27,6 +27,10 @@ NOT_HERE = {"_common.py", "plot_scale.py"}
 # script -> (RESULT names in order, what it needs: "spark", "torch", "mnist1d", "asdl")
 SMOKES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "async_speedup.py": (("asaga_speedup_cloud",), ("spark",)),
+    "block_weights.py": (
+        ("block_weights_end_gap_ratio_unthrottled", "block_weights_end_gap_ratio_throttled"),
+        ("spark", "sklearn"),
+    ),
     "engine_overhead.py": (
         (
             "engine_throughput_ratio",

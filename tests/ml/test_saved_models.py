@@ -27,6 +27,7 @@ ADDED = {
     "stepSafeguard": True,
     "momentumRestart": True,
     "momentumDamping": None,
+    "blockWeights": True,
 }
 # Defaults changed since: a loaded Estimator keeps the default it was saved with (pyspark restores
 # the saved defaultParamMap: test_an_old_estimator_loads_with_its_params), a new one writes today's.
