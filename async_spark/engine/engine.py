@@ -30,6 +30,7 @@ import numpy as np
 
 from .columns import Columns
 from .core import Decision, SchedulerCore, TaskStatus, TaskTicket
+from .errors import EngineError
 from .history import HistoryStore
 from .policies import Policy
 from .stragglers import NO_DELAY, StragglerModel
@@ -53,10 +54,6 @@ def finite_payload(payload: Any) -> bool:
     if isinstance(payload, dict):
         return all(finite_payload(p) for p in payload.values())
     return True
-
-
-class EngineError(RuntimeError):
-    """The run cannot go on (every block given up, or a transport failure)."""
 
 
 class TaskResult(NamedTuple):

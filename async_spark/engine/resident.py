@@ -54,6 +54,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from .core import TaskStatus, TaskTicket
+from .errors import SideCallFailed
 from .history import InlinePublisher, InlineRef
 from .resident_admit import Admission
 from .resident_conn import (
@@ -93,11 +94,6 @@ __all__ = ["ResidentTransport", "SideCallFailed"]
 _EXIT_WAIT = 10.0  # seconds close() waits for the workers to leave before cancelling the job
 _LATE_EXIT_WAIT = 1.0  # the same when some task never connected (it would not hear "exit")
 _EXIT = tuple(encode_frame("exit"))  # what tells a worker to leave (immutable: sent as is)
-
-
-class SideCallFailed(RuntimeError):
-    """A side call (:meth:`ResidentTransport.side_call`) did not return: its worker was lost,
-    the task failed or was cancelled, or the transport closed."""
 
 
 class ResidentTransport(Transport):

@@ -41,6 +41,19 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
+from .errors import (
+    AuthenticationFailed,
+    BadDtype,
+    BadHeader,
+    BadMagic,
+    BadShape,
+    ConnectionClosed,
+    FrameTooLarge,
+    TruncatedFrame,
+    UnsupportedValue,
+    WireError,
+)
+
 __all__ = [
     "DTYPES",
     "MAX_DEPTH",
@@ -140,46 +153,6 @@ def _loads(head: bytes | bytearray) -> Any:
     if end != len(text):
         raise ValueError(f"extra data after the JSON value at {end}")
     return value
-
-
-class WireError(Exception):
-    """A frame, a message or a handshake refused: the connection that sent it is closed."""
-
-
-class BadMagic(WireError):
-    pass
-
-
-class FrameTooLarge(WireError):
-    pass
-
-
-class BadDtype(WireError):
-    pass
-
-
-class BadShape(WireError):
-    pass
-
-
-class TruncatedFrame(WireError):
-    pass
-
-
-class BadHeader(WireError):
-    pass
-
-
-class ConnectionClosed(WireError):
-    """The peer closed the stream between two frames."""
-
-
-class AuthenticationFailed(WireError):
-    pass
-
-
-class UnsupportedValue(WireError, TypeError):
-    """A value that cannot travel (raised on the sending side, before anything is sent)."""
 
 
 class Frame(NamedTuple):

@@ -180,3 +180,19 @@ def test_repeats_below_one_are_refused_before_spark_starts(script, capsys):
         module.main(["--repeats", "0"])
     assert exc.value.code == 2
     assert "--repeats must be at least 1, got 0" in capsys.readouterr().err
+
+
+def test_compiled_driver_names_the_modules_it_compiles_and_refuses_bad_options(capsys):
+    """The mypyc comparison (run by hand: it compiles for minutes) must find every hot module it
+    lists, and refuse a module that does not exist or no run, before building anything."""
+    pytest.importorskip("mypyc")
+    module = _load(ROOT / "benchmarks" / "compiled_driver.py", "compiled_driver_under_test")
+    for path in module.HOT_MODULES:
+        assert (ROOT / "async_spark" / path).is_file(), path
+    with pytest.raises(SystemExit) as exc:
+        module.main(["--modules", "engine/wire.py,engine/no_such.py"])
+    assert "engine/no_such.py" in str(exc.value)
+    with pytest.raises(SystemExit) as exc:
+        module.main(["--repeats", "0"])
+    assert exc.value.code == 2
+    assert "--repeats and --runs must be at least 1, got 0" in capsys.readouterr().err
