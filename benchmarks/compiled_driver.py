@@ -46,34 +46,28 @@ HOT_MODULES = (
 )
 
 
-def measure(master: str, seconds: float, repeats: int, dim: int = 100) -> None:
-    """(child) The no-op resident run ``repeats`` times after a warm-up; prints one line."""
-    import numpy as np
+def measure(master: str, seconds: float, runs: int, modules: list[str]) -> None:
+    """(child) The no-op resident run ``runs`` times after a warm-up; prints one line, which
+    says whether every module of ``modules`` was imported compiled."""
+    import importlib
 
     sys.path.insert(0, HERE)
     import engine_overhead
 
-    from async_spark.engine import ResidentTransport, build_session, core
+    from async_spark.engine import build_session
 
     spark = build_session(master, app_name="compiled-driver", conf={"spark.ui.enabled": "false"})
     try:
-        models = [np.random.default_rng(dim).standard_normal(dim) for _ in range(8)]
-
-        def one() -> tuple[float, float]:
-            return engine_overhead.run_transport(
-                lambda: ResidentTransport(spark), 4, seconds, models
-            )
-
-        one()  # warm: the Python workers, the code paths
-        runs = [one() for _ in range(repeats)]
+        _, timed = engine_overhead.resident_runs(spark, 4, seconds, runs)
     finally:
         spark.stop()
-    compiled = not core.__file__.endswith(".py")
+    names = ["async_spark." + m.removesuffix(".py").replace("/", ".") for m in modules]
+    compiled = all(not importlib.import_module(n).__file__.endswith(".py") for n in names)
     print(
         f"MEASURED compiled={int(compiled)} "
-        f"rate={statistics.median(r for r, _ in runs):.1f} "
-        f"us={statistics.median(u for _, u in runs):.2f} "
-        f"runs={','.join(f'{u:.1f}' for _, u in runs)}",
+        f"rate={statistics.median(r for r, _ in timed):.1f} "
+        f"us={statistics.median(u for _, u in timed):.2f} "
+        f"runs={','.join(f'{u:.1f}' for _, u in timed)}",
         flush=True,
     )
 
@@ -94,11 +88,11 @@ def build(modules: list[str], into: str) -> float:
     return time.monotonic() - t0
 
 
-def child(path: str, args: argparse.Namespace) -> dict[str, float]:
+def child(path: str, args: argparse.Namespace, modules: list[str]) -> dict[str, float]:
     """One measurement in a child process that imports the package from ``path``."""
     # HERE too: the no-op task is engine_overhead's, which the Python workers import by name
     search = [path, HERE, os.environ.get("PYTHONPATH", "")]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(search))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in search if p))
     cmd = [
         sys.executable,
         os.path.abspath(__file__),
@@ -109,6 +103,8 @@ def child(path: str, args: argparse.Namespace) -> dict[str, float]:
         str(args.seconds),
         "--runs",
         str(args.runs),
+        "--modules",
+        ",".join(modules),
     ]
     done = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     line = next((x for x in done.stdout.splitlines() if x.startswith("MEASURED ")), None)
@@ -133,8 +129,9 @@ def main(argv: list[str] | None = None) -> float:
     ap.add_argument("--modules", default=",".join(HOT_MODULES), help="paths under async_spark/")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    modules = [m.strip() for m in args.modules.split(",") if m.strip()]
     if args.child:
-        measure(args.master, args.seconds, args.runs)
+        measure(args.master, args.seconds, args.runs, modules)
         return float("nan")
     if args.smoke:
         args.repeats, args.runs, args.seconds = 1, 1, 1.0
@@ -146,7 +143,6 @@ def main(argv: list[str] | None = None) -> float:
         import mypyc  # noqa: F401
     except ImportError:
         raise SystemExit("needs mypyc: pip install mypy (the dev extra has it)") from None
-    modules = [m.strip() for m in args.modules.split(",") if m.strip()]
     missing = [m for m in modules if not os.path.isfile(os.path.join(ROOT, "async_spark", m))]
     if missing:
         raise SystemExit(f"--modules: no such file under async_spark/: {missing}")
@@ -159,7 +155,7 @@ def main(argv: list[str] | None = None) -> float:
         compiled: list[float] = []
         for i in range(args.repeats):  # alternate: the machine's drift hits both builds alike
             print(f"pair {i + 1}/{args.repeats}: pure, then compiled")
-            p, c = child(ROOT, args), child(tmp, args)
+            p, c = child(ROOT, args, modules), child(tmp, args, modules)
             if p["compiled"] or not c["compiled"]:
                 raise SystemExit("the child processes did not import the builds asked for")
             pure.append(p["us"])

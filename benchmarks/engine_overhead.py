@@ -332,6 +332,20 @@ def connect_resident(args, table: dict[int, dict[str, list[float]]], seconds, re
     return medians[100] / statistics.median(table[100]["resident"])
 
 
+def resident_runs(
+    spark, blocks: int, seconds: float, repeats: int, dim: int = 100
+) -> tuple[list, list[tuple[float, float]]]:
+    """The no-op resident run at ``dim`` ``repeats`` times after a warm-up run: the models it
+    publishes and each run's (results/s, driver CPU microseconds per result)."""
+    models = [np.random.default_rng(dim).standard_normal(dim) for _ in range(8)]
+    run_transport(lambda: ResidentTransport(spark), blocks, seconds, models)  # warm
+    runs = [
+        run_transport(lambda: ResidentTransport(spark), blocks, seconds, models)
+        for _ in range(repeats)
+    ]
+    return models, runs
+
+
 def profile_driver(
     spark, blocks: int, seconds: float, dim: int = 100, top: int = 25, repeats: int = 1
 ) -> None:
@@ -343,12 +357,7 @@ def profile_driver(
     import cProfile
     import pstats
 
-    models = [np.random.default_rng(dim).standard_normal(dim) for _ in range(8)]
-    run_transport(lambda: ResidentTransport(spark), blocks, seconds, models)  # warm
-    runs = [
-        run_transport(lambda: ResidentTransport(spark), blocks, seconds, models)
-        for _ in range(repeats)
-    ]
+    models, runs = resident_runs(spark, blocks, seconds, repeats, dim)
     for rate, us in runs:
         print(f"unprofiled: {rate:.0f} results/s, driver CPU {us:.0f} us per result (d={dim})")
     if repeats > 1:
