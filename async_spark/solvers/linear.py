@@ -343,6 +343,8 @@ def _step_and_rule(
         pool_rows=float(desc.n),  # a pooled estimate samples as many rows as the data has
         block_rows=desc.rows_per_block,  # estimates stratified by block
         sample_fraction=setup.batch_fraction,  # whole blocks: exact losses, no sample
+        # asynchronous results come in bursts after a pause: a rise must hold two windows
+        confirm=1 if row.synchronous else 2,
         log_level=logging.INFO if config.quiet else logging.WARNING,
     )
     return step, rule, safeguard

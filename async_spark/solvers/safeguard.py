@@ -15,11 +15,19 @@ above one of the ``recent`` windows before it (since the last change) by more th
 
 where the two windows are compared on the blocks both heard from, each block's mean weighted by
 its rows (with one stratum, ``block_rows=()``, the plain means): a window is not judged by which
-blocks happened to answer in it. Where each block is fitted well on its own, the blocks' losses
+blocks happened to answer in it. With more than one block, a rise counts only where the two
+windows share at least two blocks and it survives leaving out the block that rose most: a model
+pulled between blocks raises one block's loss while it lowers another's, a step too large raises
+them all. And it counts only when ``confirm`` windows in a row rise (the asynchronous runs: 2):
+when a paused executor resumes, its results arrive in a burst, computed at versions from before
+the pause. Where each block is fitted well on its own, the blocks' losses
 differ by more than ``rise``; on ``benchmarks/peers.py``'s rcv1-like-2e4 (2*10^4 x 10^4 sparse,
 two blocks of whole-block ASGD results) the plain means of windows went up and down by about
 1 % with the blocks' turns, and read as rises they halved ASGD's step twenty times in a row.
-Such a rise means the step is too large for this run — more staleness than the default step assumed, a
+With one of two executors stopped half of every 0.1 s (``benchmarks/block_weights.py``'s
+throttle) the fast block's loss went up and down by 15 % with the pauses while the objective
+fell steadily, and the test without these two conditions halved ASGD's default step five to
+twenty times within two seconds. Such a rise means the step is too large for this run — more staleness than the default step assumed, a
 curvature the bound missed, an explicit ``--step`` that does not fit the data. The step is then
 multiplied by ``factor`` and the rule rebuilt with it (the rule's state — SAGA's table —
 carries over; after a rise the loop asks the family, which drops a momentum method's momentum:
@@ -152,8 +160,8 @@ class StepSafeguard:
         False only lowers it (an explicit step).
     decay : bool
         Once the search has ended, halve the step on each plateau (see the module docstring).
-    z, rise, recent, factor, grace, max_changes, grow, patience, max_raises : see the module
-        docstring.
+    z, rise, recent, confirm, factor, grace, max_changes, grow, patience, max_raises : see the
+        module docstring.
     sample_fraction : float in [0, 1]
         The share of its block each result's losses come from (the run's batch fraction; 0: a
         small sample of a large population). The rows are drawn without replacement (Bernoulli),
@@ -171,6 +179,7 @@ class StepSafeguard:
     z_fall: float = 1.5
     rise: float = 0.01
     recent: int = 4
+    confirm: int = 1  # windows in a row that must rise before the step is lowered
     factor: float = 0.5
     grace: int = 0
     max_changes: int = 20
@@ -189,6 +198,7 @@ class StepSafeguard:
     _stats: np.ndarray = field(init=False, repr=False)
     _seen: int = 0
     _skip: int = 0
+    _rising: int = 0  # windows in a row that rose (see ``confirm``)
     # the pooled test: its windows' stats, their number, its reference estimate, and the most
     # windows it may take before it calls a stall or a plateau
     _pool: np.ndarray = field(init=False, repr=False)
@@ -204,6 +214,8 @@ class StepSafeguard:
             raise ValueError(f"factor must be in (0, 1), got {self.factor!r}")
         if self.recent < 1:
             raise ValueError(f"recent must be an integer >= 1, got {self.recent!r}")
+        if self.confirm < 1:
+            raise ValueError(f"confirm must be an integer >= 1, got {self.confirm!r}")
         if not self.grow > 1:
             raise ValueError(f"grow must be > 1, got {self.grow!r}")
         if self.patience < 1:
@@ -257,7 +269,9 @@ class StepSafeguard:
         self._reset()
         rise = self._largest_rise(closed)
         self._recent.append(closed)
-        if rise is not None and rise[0].rose_above(rise[1], self.z, self.rise):
+        rose = rise is not None and rise[0].rose_above(rise[1], self.z, self.rise)
+        self._rising = self._rising + 1 if rose else 0
+        if rise is not None and self._rising >= self.confirm:
             self.search = False  # the first rise ends the search upward
             now, best = rise
             lowered = self._lower(self.gamma * self.factor, update, seconds, now, best, "rose")
@@ -272,9 +286,12 @@ class StepSafeguard:
         blocks the two windows share; None when no recent window shares one."""
         present = closed.stats[:, 2] > 0
         largest = None
+        blockwise = len(self._weights) > 1
         for ref in self._recent:
             common = present & (ref.stats[:, 2] > 0)
-            if not common.any():
+            if common.sum() < (2 if blockwise else 1):
+                continue
+            if blockwise and not self._shared_rise(closed, ref, common):
                 continue
             # the rows' spread, without the finite population correction: between windows,
             # stale asynchronous results move even exact whole-block losses by a few percent
@@ -286,6 +303,15 @@ class StepSafeguard:
             ):
                 largest = pair
         return largest
+
+    def _shared_rise(self, closed: _Window, ref: _Window, common: np.ndarray) -> bool:
+        """Whether the objective on the ``common`` blocks rose from ``ref`` to ``closed`` with
+        the block that rose most left out: one block's rise, another's fall is a tug of war."""
+        blocks = np.flatnonzero(common)
+        means = [w.stats[blocks, 0] / w.stats[blocks, 2] for w in (closed, ref)]
+        others = common.copy()
+        others[blocks[np.argmax(means[0] - means[1])]] = False
+        return closed.on(others, self._weights).value > ref.on(others, self._weights).value
 
     def _pooled_test(
         self, window: np.ndarray, update: int, seconds: float, theta: np.ndarray
@@ -386,6 +412,7 @@ class StepSafeguard:
             log.info("step %s from %.3g to %.3g at update %d", kind, self.gamma, gamma, update)
         self.gamma = gamma
         self._recent.clear()
+        self._rising = 0
         self._pool, self._pooled = self._zeros(), 0
         if why == "rose":  # the windows before a rise are no reference for the lowered step
             self._before = None
@@ -417,6 +444,7 @@ class StepSafeguard:
         if stats.shape == self._stats.shape:
             self._stats, self._seen = stats, int(window.get("results", 0))
             self._skip = int(window.get("skip", 0))
+            self._rising = int(window.get("rising", 0))
         for ref in saved.get("recent", []):  # a checkpoint of before the blockwise test: pairs
             stats = np.asarray(ref.get("stats", []) if isinstance(ref, dict) else [], np.float64)
             if stats.shape == self._stats.shape:
@@ -438,7 +466,12 @@ class StepSafeguard:
             "final_step": self.gamma,
             "searching": self.search,
             "plateau_windows": self._limit,
-            "window": {"stats": self._stats.tolist(), "results": self._seen, "skip": self._skip},
+            "window": {
+                "stats": self._stats.tolist(),
+                "results": self._seen,
+                "skip": self._skip,
+                "rising": self._rising,
+            },
             "recent": [{"stats": w.stats.tolist(), "penalty": w.penalty} for w in self._recent],
             "pooled_test": {
                 "stats": self._pool.tolist(),
