@@ -38,6 +38,13 @@ class AsyncTrainingSummary:
         The step safeguard's record (``None`` with ``stepSafeguard=False``): ``final_step``,
         ``raised``, ``lowered`` and ``changes`` (one dict per change: ``kind``, ``why``, ``update``,
         ``seconds``, ``from`` and ``to``, the windows' objectives).
+    blockWeights : dict or None
+        Asynchronous SGD and momentum with block weights on (the ``blockWeights`` Param):
+        ``shares``, each block's share of the recent results at the end, and ``weight_range``,
+        the smallest and largest weight a result got (``None`` before any was weighted). A
+        block whose share stays far below ``1 / numPartitions`` is a straggler the weights made
+        up for (docs/steps.md, "Block weights"). ``None`` for the other methods and with the
+        weights off.
     momentum : dict or None
         A momentum method's (alpha, beta): how they were chosen, ``final_beta`` after the
         safeguard's retune, and whether the momentum was ``restart``-ed (``None`` for the other
@@ -112,6 +119,10 @@ class AsyncTrainingSummary:
             return None
         keep = ("final_step", "raised", "lowered", "changes")
         return {k: guard[k] for k in keep if k in guard}
+
+    @property
+    def blockWeights(self) -> dict[str, Any] | None:
+        return self._run.get("block_weights")
 
     @property
     def momentum(self) -> dict[str, Any] | None:

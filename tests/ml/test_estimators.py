@@ -402,6 +402,23 @@ def test_the_step_safeguard_and_the_momentum_restart_are_params(assembled):
     assert not np.allclose(plain.coefficients.toArray(), default.coefficients.toArray())
 
 
+def test_the_summary_reports_the_block_weights_of_an_asynchronous_sgd_fit(assembled):
+    """Asynchronous SGD weighs results by their blocks' shares (the blockWeights Param, on by
+    default): the summary gives each block's share of the recent results, which sum to one over
+    the fit's partitions, and the range of the weights applied; with the Param off, or for
+    SAGA, which needs no weights, there is no record."""
+    train, _ = assembled
+    est = AsyncLogisticRegression(method="asgd", regParam=0.01, maxUpdates=40, numPartitions=2)
+    weights = est.fit(train).summary.blockWeights
+    assert weights is not None and len(weights["shares"]) == 2
+    assert sum(weights["shares"]) == pytest.approx(1.0, abs=1e-3)
+    low, high = weights["weight_range"]
+    assert 0 < low <= high
+    assert est.copy({est.blockWeights: False}).fit(train).summary.blockWeights is None
+    saga = est.copy({est.method: "saga", est.stepSize: 0.2}).fit(train)
+    assert saga.summary.blockWeights is None
+
+
 def test_a_fit_checks_the_executors_once_per_session(assembled, monkeypatch):
     """Every fit runs the executors' environment check first; a session that passed is not
     probed again (a CrossValidator fits many times); a failed check stops the fit with its fix."""
