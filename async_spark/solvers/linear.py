@@ -343,11 +343,20 @@ def _step_and_rule(
         pool_rows=float(desc.n),  # a pooled estimate samples as many rows as the data has
         block_rows=desc.rows_per_block,  # estimates stratified by block
         sample_fraction=setup.batch_fraction,  # whole blocks: exact losses, no sample
-        # asynchronous results come in bursts after a pause: a rise must hold two windows
-        confirm=1 if row.synchronous else 2,
+        **rise_test(row),
         log_level=logging.INFO if config.quiet else logging.WARNING,
     )
     return step, rule, safeguard
+
+
+def rise_test(row: Method) -> dict[str, Any]:
+    """The safeguard's rise test for ``row`` (:mod:`.safeguard`): for SGD and SAGA a rise must be
+    shared by the blocks, and asynchronously hold two windows (an executor that pauses pulls the
+    model between blocks, then its stale results come in a burst); a momentum method's rise is
+    its function-value restart, eager: any rise of the blocks two windows share, at once."""
+    if row.momentum:
+        return {"shared": False, "confirm": 1}
+    return {"shared": True, "confirm": 1 if row.synchronous else 2}
 
 
 def _initial(

@@ -469,6 +469,20 @@ def test_which_runs_search_their_step_upward():
     assert not searches(TrainConfig(method="saga", step=0.1), method("saga"))
 
 
+def test_which_runs_ask_a_rise_to_be_shared_and_confirmed():
+    """SGD and SAGA: a rise shared by the blocks, held two windows when asynchronous; the
+    momentum methods' function-value restart: any rise, at once."""
+    from async_spark.solvers.linear import rise_test
+    from async_spark.solvers.methods import method
+
+    for name in ("sgd", "saga", "lbfgs"):
+        assert rise_test(method(name)) == {"shared": True, "confirm": 1}, name
+    for name in ("asgd", "asaga", "dcasgd"):
+        assert rise_test(method(name)) == {"shared": True, "confirm": 2}, name
+    for name in ("hb", "ag", "apg", "ahb", "aag", "aapg"):
+        assert rise_test(method(name)) == {"shared": False, "confirm": 1}, name
+
+
 def _blocks_in_turns(guard, means, turns, rng, rows=50, spread=1e-4):
     """Feed results whose block follows ``turns`` (cycled) and whose sampled losses have the mean
     ``means[k][block]`` at result ``k``; the rebuilt steps, in order."""
@@ -535,6 +549,9 @@ def test_a_tug_of_war_between_blocks_is_no_rise():
     assert _blocks_in_turns(guard, tug, [0, 1], np.random.default_rng(25)) == []
     plain, _ = _guard(grace=0)
     assert _blocks_in_turns(plain, tug, [0, 1], np.random.default_rng(25))[:1] == [0.5]
+    # a momentum method's test (shared=False): the tug of war is a swing its restart damps
+    eager, _ = _guard(block_rows=(50, 50), grace=0, shared=False)
+    assert _blocks_in_turns(eager, tug, [0, 1], np.random.default_rng(25))[:1] == [0.5]
 
 
 def test_a_single_window_up_is_a_burst_not_a_rise():
