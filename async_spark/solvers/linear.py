@@ -353,10 +353,12 @@ def rise_test(row: Method) -> dict[str, Any]:
     """The safeguard's rise test for ``row`` (:mod:`.safeguard`): for SGD and SAGA a rise must be
     shared by the blocks, and asynchronously hold two windows (an executor that pauses pulls the
     model between blocks, then its stale results come in a burst); a momentum method's rise is
-    its function-value restart, eager: any rise of the blocks two windows share, at once."""
+    its function-value restart, eager: any rise of the blocks two windows share, at once, and
+    asynchronously on the scale of exact losses (whole blocks: the rise floor alone), where a
+    stale momentum swings."""
     if row.momentum:
-        return {"shared": False, "confirm": 1}
-    return {"shared": True, "confirm": 1 if row.synchronous else 2}
+        return {"shared": False, "confirm": 1, "exact": not row.synchronous}
+    return {"shared": True, "confirm": 1 if row.synchronous else 2, "exact": False}
 
 
 def _initial(

@@ -476,11 +476,13 @@ def test_which_runs_ask_a_rise_to_be_shared_and_confirmed():
     from async_spark.solvers.methods import method
 
     for name in ("sgd", "saga", "lbfgs"):
-        assert rise_test(method(name)) == {"shared": True, "confirm": 1}, name
+        assert rise_test(method(name)) == {"shared": True, "confirm": 1, "exact": False}, name
     for name in ("asgd", "asaga", "dcasgd"):
-        assert rise_test(method(name)) == {"shared": True, "confirm": 2}, name
-    for name in ("hb", "ag", "apg", "ahb", "aag", "aapg"):
-        assert rise_test(method(name)) == {"shared": False, "confirm": 1}, name
+        assert rise_test(method(name)) == {"shared": True, "confirm": 2, "exact": False}, name
+    for name in ("hb", "ag", "apg"):
+        assert rise_test(method(name)) == {"shared": False, "confirm": 1, "exact": False}, name
+    for name in ("ahb", "aag", "aapg"):
+        assert rise_test(method(name)) == {"shared": False, "confirm": 1, "exact": True}, name
 
 
 def _blocks_in_turns(guard, means, turns, rng, rows=50, spread=1e-4):
@@ -637,6 +639,25 @@ def test_stale_jitter_of_exact_block_losses_is_no_rise():
     # the same jitter on the exact losses' own scale: windows differ by more than the 1% floor
     means = jitter.reshape(-1, 4).mean(axis=1)
     assert (means[1:] - means[:-1]).max() > 0.02
+
+
+def test_an_exact_rise_test_sees_a_swing_within_the_rows_spread():
+    """Whole-block losses of heavy-tailed rows (most near 0, a few large): a swing of the exact
+    objective by 20 % is far inside five standard errors of the rows' spread, and the rise test
+    on that scale never sees it; with ``exact`` (an asynchronous momentum method's function-value
+    restart) the correction leaves the 1 % floor, and the swing restarts it at once."""
+    rng = np.random.default_rng(13)
+    rows = np.where(rng.random(50) < 0.05, 3.0, 0.02)  # 5 % of the rows carry most of the loss
+    levels = ([1.0] * 16 + [1.2] * 8) * 10
+
+    def run(exact):
+        guard, built = _guard(sample_fraction=1.0, grace=0, exact=exact)
+        for k, level in enumerate(levels):
+            guard.observe(loss_stats(rows * level), np.zeros(1), k, 0.0)
+        return built
+
+    assert run(False) == []
+    assert run(True)[:1] == [0.5]
 
 
 def test_a_full_batchs_tiny_exact_fall_near_the_optimum_raises_no_step():
