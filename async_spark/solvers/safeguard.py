@@ -15,27 +15,32 @@ above one of the ``recent`` windows before it (since the last change) by more th
 
 where the two windows are compared on the blocks both heard from, each block's mean weighted by
 its rows (with one stratum, ``block_rows=()``, the plain means): a window is not judged by which
-blocks happened to answer in it. With ``shared`` (the run: SGD and SAGA) and more than one
-block, a rise counts only where the two windows share at least two blocks and it survives
-leaving out the block that rose most: a model pulled between blocks raises one block's loss
-while it lowers another's, a step too large raises them all. And it counts only when ``confirm``
-windows in a row rise (the run: 2 for asynchronous SGD and SAGA): when a paused executor
-resumes, its results arrive in a burst, computed at versions from before the pause. A momentum
-method's rise test keeps neither condition: its rise is its function-value restart, which reacts
-to any rise, and asynchronous AAG's swings between the blocks are what it damps (on
+blocks happened to answer in it. Where each block is fitted well on its own, the blocks' losses
+differ by more than ``rise``; on ``benchmarks/peers.py``'s rcv1-like-2e4 (2*10^4 x 10^4 sparse,
+two blocks of whole-block ASGD results) the plain means of windows went up and down by about
+1 % with the blocks' turns, and read as rises they halved ASGD's step twenty times in a row.
+
+**Executors that pause** (``shared``, ``confirm``; the run: every method but the momentum ones). With ``shared`` and
+more than one block, a rise counts only where the two windows share at least two blocks and it
+survives leaving out the block that rose most: a model pulled between blocks raises one block's
+loss while it lowers another's, a step too large raises them all. And it counts only when
+``confirm`` windows in a row rise (the run: 2 when asynchronous): when a paused executor
+resumes, its results arrive in a burst, computed at versions from before the pause. With one of
+two executors stopped half of every 0.1 s (``benchmarks/block_weights.py``'s throttle) the fast
+block's loss went up and down by 15 % with the pauses while the objective fell steadily, and the
+test without these two conditions halved ASGD's default step five to twenty times within two
+seconds.
+
+**Momentum methods** keep neither condition: their rise is their function-value restart, which
+reacts to any rise, and asynchronous AAG's swings between the blocks are what it damps (on
 rcv1-like-2e4, default AAG ended at 2e-4 to 2e-3 with the eager test, 2e-3 to 6e-3 without).
 An asynchronous momentum method's test is ``exact`` too: its noise scale counts the finite
 population correction, so that results over whole blocks (exact losses) leave the ``rise``
 floor alone as the scale. On breast cancer, whose rows' losses are heavy-tailed, five standard
 errors of the rows' spread were 60 % of the objective, and default AAG swung between 1e-6 and
-1e-2 above the optimum (0.6 under a throttled executor) without one restart. Where each block is fitted well on its own, the blocks' losses
-differ by more than ``rise``; on ``benchmarks/peers.py``'s rcv1-like-2e4 (2*10^4 x 10^4 sparse,
-two blocks of whole-block ASGD results) the plain means of windows went up and down by about
-1 % with the blocks' turns, and read as rises they halved ASGD's step twenty times in a row.
-With one of two executors stopped half of every 0.1 s (``benchmarks/block_weights.py``'s
-throttle) the fast block's loss went up and down by 15 % with the pauses while the objective
-fell steadily, and the test without these two conditions halved ASGD's default step five to
-twenty times within two seconds. Such a rise means the step is too large for this run — more staleness than the default step assumed, a
+1e-2 above the optimum (0.6 under a throttled executor) without one restart.
+
+Such a rise means the step is too large for this run — more staleness than the default step assumed, a
 curvature the bound missed, an explicit ``--step`` that does not fit the data. The step is then
 multiplied by ``factor`` and the rule rebuilt with it (the rule's state — SAGA's table —
 carries over; after a rise the loop asks the family, which drops a momentum method's momentum:
