@@ -294,6 +294,14 @@ def test_resumed_asynchronous_run_ends_where_uninterrupted_runs_end(tmp_path, ca
     runs = np.array([final(tmp_path / f"u{i}", 40) for i in range(8)])
     final(tmp_path / "cut", 10)
     resumed = final(tmp_path / "cut", 40, resume=load_latest(tmp_path / "cut"))
-    gap = at_cut.mean() - runs.mean()
-    assert gap > 4 * max(at_cut.std(ddof=1), runs.std(ddof=1)), (at_cut, runs)
-    assert abs(resumed - runs.mean()) <= 0.5 * gap, (resumed, runs, at_cut)
+    # medians and median absolute deviations: one run of eight that the thread timing of a
+    # loaded machine left behind (CI: 0.130 where the others were 0.117-0.118) is no spread
+    gap = np.median(at_cut) - np.median(runs)
+    spread = max(_mad(at_cut), _mad(runs))
+    assert gap > 4 * spread, (at_cut, runs)
+    assert abs(resumed - np.median(runs)) <= 0.5 * gap, (resumed, runs, at_cut)
+
+
+def _mad(values: np.ndarray) -> float:
+    """The median absolute deviation, scaled to a normal law's standard deviation."""
+    return float(1.4826 * np.median(np.abs(values - np.median(values))))
