@@ -20,8 +20,9 @@ differ by more than ``rise``; on ``benchmarks/peers.py``'s rcv1-like-2e4 (2*10^4
 two blocks of whole-block ASGD results) the plain means of windows went up and down by about
 1 % with the blocks' turns, and read as rises they halved ASGD's step twenty times in a row.
 
-**Executors that pause** (``shared``, ``confirm``; the run: every method but the momentum ones). With ``shared`` and
-more than one block, a rise counts only where the two windows share at least two blocks and it
+**Executors that pause** (``shared``, ``confirm``; the run: every method but the momentum
+ones). With ``shared`` and more than one block, a rise counts only where the two windows share
+at least two blocks and it
 survives leaving out the block that rose most: a model pulled between blocks raises one block's
 loss while it lowers another's, a step too large raises them all. And it counts only when
 ``confirm`` windows in a row rise (the run: 2 when asynchronous): when a paused executor
@@ -298,7 +299,8 @@ class StepSafeguard:
 
     def _largest_rise(self, closed: _Window) -> tuple[WindowEstimate, WindowEstimate] | None:
         """The closed window's estimate and the recent window's it rose most above, both on the
-        blocks the two windows share; None when no recent window shares one."""
+        blocks the two windows share; None when no recent window shares one (with ``shared``:
+        two, and a rise that survives the block that rose most left out)."""
         present = closed.stats[:, 2] > 0
         largest = None
         blockwise = self.shared and len(self._weights) > 1
