@@ -192,6 +192,14 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         help="stop when the objective reaches this value, a finite number (default: none)",
     )
     p.add_argument(
+        "--tol",
+        type=parse_float,
+        default=1e-6,
+        help="stop once a snapshot's gradient passes the convergence test of pyspark.ml's L-BFGS "
+        "(largest gradient entry <= tol x objective, checked on the workers at every snapshot), "
+        "a finite number >= 0; 0: no test (default: 1e-6)",
+    )
+    p.add_argument(
         "--eval-every",
         type=parse_float,
         default=1.0,
@@ -305,6 +313,7 @@ def train_configs(args: argparse.Namespace) -> list[Any]:
             max_updates=args.max_updates,
             time_budget=args.time_budget,
             target_objective=args.target_objective,
+            tol=args.tol,
             eval_every=args.eval_every,
             out=out,
             quiet=args.quiet,
@@ -513,6 +522,15 @@ def optimality_line(summary: dict[str, Any]) -> str | None:
     )
 
 
+def _stopped_by(summary: dict[str, Any]) -> str:
+    """Why the run ended; for the convergence test, with the snapshot that passed it."""
+    reason = str(summary.get("stopped_by", "-"))
+    passed = (summary.get("tolerance") or {}).get("passed")
+    if reason == "tolerance" and passed:
+        return f"tol (max |gradient| {passed['gradient_max']:.2g} at {passed['seconds']:.1f} s)"
+    return reason.replace("_", " ")
+
+
 def _print_common_target(a: Any, b: Any) -> None:
     """One sentence: how soon the run that ended lower reached the other's final objective."""
     from async_spark.reporting.plots import Run
@@ -526,13 +544,14 @@ def _print_common_target(a: Any, b: Any) -> None:
 
 
 def _print_table(rows: list[dict[str, Any]]) -> None:
-    header = f"{'method':7s} {'updates':>8s} {'rejected':>8s} {'seconds':>8s} {'objective':>12s} {'staleness':>9s} {'to target':>9s}"
+    header = f"{'method':7s} {'updates':>8s} {'rejected':>8s} {'seconds':>8s} {'objective':>12s} {'staleness':>9s} {'to target':>9s}  stopped by"
     print(header)
     for r in rows:
         ttt = "-" if r["time_to_target"] is None else f"{r['time_to_target']:.2f}"
         print(
             f"{r['method']:7s} {r['updates']:8d} {r['rejected']:8d} {r['wall_seconds']:8.2f} "
-            f"{r['final_objective']:12.6g} {r['mean_staleness']:9.2f} {ttt:>9s}"
+            f"{r['final_objective']:12.6g} {r['mean_staleness']:9.2f} {ttt:>9s}  "
+            f"{_stopped_by(r)}"
         )
     if len(rows) == 2 and rows[0]["final_objective"] and rows[1]["final_objective"]:
         a, b = rows

@@ -15,6 +15,7 @@ Sentinels (so that every Param has a plain JSON default, as pyspark.ml writers n
 - ``stepSize = 0.0`` means **auto** (from the data, see :func:`async_spark.optim.steps.auto_step`,
   :func:`~async_spark.optim.steps.asynchronous_step` and the momentum rule; ``docs/steps.md``); the string ``"auto"`` is accepted and stored as 0.0;
 - ``timeBudget = 0.0`` means no time limit (``maxUpdates`` stops the run);
+- ``tol = 0.0`` means no convergence test;
 - ``beta = 0.0`` means no partial barrier (fully asynchronous dispatch);
 - ``tau = -1`` means no staleness bound;
 - ``numPartitions = 0`` means ``sparkContext.defaultParallelism`` blocks (at most one per row).
@@ -31,6 +32,7 @@ from pyspark.ml.param.shared import (
     HasElasticNetParam,
     HasRegParam,
     HasStandardization,
+    HasTol,
 )
 
 from async_spark.engine.policies import PartialBarrier, PolicyError, StalenessBound
@@ -172,7 +174,9 @@ _to_float = TypeConverters.toFloat
 _to_int = TypeConverters.toInt
 
 
-class _AsyncLinearParams(_PredictorParams, HasRegParam, HasElasticNetParam, HasStandardization):
+class _AsyncLinearParams(
+    _PredictorParams, HasRegParam, HasElasticNetParam, HasStandardization, HasTol
+):
     """Params of :class:`AsyncLogisticRegression`, :class:`AsyncLinearRegression` and their Models.
 
     The objective (as everywhere in async_spark, intercept unpenalized) is
@@ -197,7 +201,8 @@ class _AsyncLinearParams(_PredictorParams, HasRegParam, HasElasticNetParam, HasS
     ``HasStepSize`` (here 0.0 means auto and ``"auto"`` is accepted), ``HasSeed`` (any integer,
     default a hash of the class name that its ``__init__`` sets through the converter; here an
     integer >= 0, default 0), ``HasMaxIter`` (``maxUpdates`` counts stochastic updates, not
-    iterations), ``HasTol`` (no convergence test).
+    iterations). ``tol`` is ``HasTol``'s Param, redefined with a range check: the gradient test
+    of pyspark.ml's L-BFGS at every snapshot (``evalEvery``), default 1e-6 as pyspark.ml's.
     """
 
     method: Param[str] = Param(
@@ -277,6 +282,15 @@ class _AsyncLinearParams(_PredictorParams, HasRegParam, HasElasticNetParam, HasS
         "maxUpdates",
         "stop after this many model updates (integer >= 1).",
         typeConverter=_checked("max_updates", _to_int, _at_least(1)),
+    )
+    tol: Param[float] = Param(
+        Params._dummy(),
+        "tol",
+        HasTol.tol.doc
+        + " Here the gradient test of pyspark.ml's L-BFGS: the fit stops once a snapshot's "
+        "largest gradient entry is at most tol times its objective (0.0 = no test; maxUpdates "
+        "and timeBudget stop it otherwise).",
+        typeConverter=_checked("tol", _to_float, _number(strict=False)),
     )
     timeBudget: Param[float] = Param(
         Params._dummy(),
@@ -384,6 +398,7 @@ class _AsyncLinearParams(_PredictorParams, HasRegParam, HasElasticNetParam, HasS
             standardization=True,
             maxUpdates=1000,
             timeBudget=0.0,
+            tol=1e-6,
             batchFraction=0.0,
             numPartitions=0,
             beta=0.0,
@@ -496,6 +511,7 @@ class _AsyncLinearParams(_PredictorParams, HasRegParam, HasElasticNetParam, HasS
             seed=self.getSeed(),
             max_updates=self.getMaxUpdates(),
             time_budget=None if budget == 0.0 else budget,
+            tol=self.getTol() or None,
             eval_every=self.getEvalEvery(),
             quiet=not self.getShowProgress(),
         )
@@ -547,6 +563,9 @@ class _HasSetters(Params):
 
     def setTimeBudget(self, value: float) -> Any:
         return self._set(timeBudget=value)
+
+    def setTol(self, value: float) -> Any:
+        return self._set(tol=value)
 
     def setBatchFraction(self, value: float) -> Any:
         return self._set(batchFraction=value)

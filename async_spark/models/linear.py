@@ -518,10 +518,13 @@ def full_gradient(model: LinearModel, theta: np.ndarray, blocks: Iterable[Block]
     return g / n + penalty_gradient(model, theta)
 
 
-def optimality_norm(model: LinearModel, theta: np.ndarray, data_gradient: np.ndarray) -> float:
-    r"""How far ``theta`` is from optimal: the norm of the smallest element of the subdifferential
-    of :math:`F` at ``theta``, given the data part of the gradient :math:`\frac1n\sum_i\nabla
-    f_i(\theta)` (``data_gradient``, e.g. from :func:`full_gradient`'s sums).
+def optimality_norm(
+    model: LinearModel, theta: np.ndarray, data_gradient: np.ndarray, order: float = 2
+) -> float:
+    r"""How far ``theta`` is from optimal: the norm (``order`` 2, or ``math.inf`` for the largest
+    entry's magnitude) of the smallest element of the subdifferential of :math:`F` at ``theta``,
+    given the data part of the gradient :math:`\frac1n\sum_i\nabla f_i(\theta)`
+    (``data_gradient``, e.g. from :func:`full_gradient`'s sums).
 
     The smooth part's gradient, plus per weight :math:`\lambda_1 \operatorname{sign}(w)/s_j`
     where :math:`w \ne 0`, or the gradient shrunk by :math:`\lambda_1/s_j` towards 0 where
@@ -540,7 +543,7 @@ def optimality_norm(model: LinearModel, theta: np.ndarray, data_gradient: np.nda
         t = model.l1 if inv is None else model.l1 * inv
         G = np.where(W != 0, G + t * np.sign(W), np.sign(G) * np.maximum(np.abs(G) - t, 0.0))
         g = np.concatenate([G.ravel(), g[m:]])
-    return float(np.linalg.norm(g))
+    return float(np.linalg.norm(g, ord=order))
 
 
 def max_squared_row_norm(blocks: Iterable[Block]) -> float:

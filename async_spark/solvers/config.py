@@ -95,6 +95,9 @@ class TrainConfig:
     max_updates: int | None = None
     time_budget: float | None = None
     target_objective: float | None = None
+    # the convergence test (recording.tolerance_met) on every snapshot while training; None or 0:
+    # none (the library's default; the command line and the Estimators test at 1e-6)
+    tol: float | None = None
     eval_every: float = 1.0
     out: str | None = None
     quiet: bool = False
@@ -154,6 +157,8 @@ class TrainConfig:
             check_number("time_budget", self.time_budget)
         if self.target_objective is not None:
             check_finite("target_objective", self.target_objective)
+        if self.tol is not None:
+            self.tol = check_number("tol", self.tol, strict=False)
         check_number("eval_every", self.eval_every)
         check_int("max_retries", self.max_retries, 0)
         if self.checkpoint_every is not None:

@@ -74,10 +74,19 @@ class Evaluator:
         """F(θ) for each row of ``thetas``: mean loss + (l2/2)‖w‖² + l1‖w‖₁."""
         return self.evaluate(thetas)[0]
 
+    def objective_and_norm(self, theta: np.ndarray) -> tuple[float, float]:
+        """F(θ) and the largest magnitude of its optimality gradient (the convergence test's
+        norm; NaN where the gradient is too large to collect), in one job."""
+        objs, norms = self.evaluate(theta[None, :], gradients=(0,), order=math.inf)
+        return float(objs[0]), float(norms[0])
+
     def evaluate(
-        self, thetas: np.ndarray | list[np.ndarray], gradients: Sequence[int] = ()
+        self,
+        thetas: np.ndarray | list[np.ndarray],
+        gradients: Sequence[int] = (),
+        order: float = 2,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """F(θ) of each row of ``thetas``, and the optimality norm
+        """F(θ) of each row of ``thetas``, and the optimality norm of order ``order``
         (:func:`~async_spark.models.linear.optimality_norm`) of the rows at positions
         ``gradients``, in the same job(s): a gradient costs its tasks one more pass over their
         blocks and the driver p numbers per block, not another job. NaN for a norm when the
@@ -92,7 +101,7 @@ class Evaluator:
         p = thetas.shape[1]
         unique = sorted(set(wanted))
         # every block sends its gradient sums to the driver: p numbers per block and position
-        if self.source.num_blocks * p * len(unique) * 8 > _MAX_GRADIENT_BYTES:
+        if not _gradients_fit(self.source.num_blocks, p, len(unique)):
             log.info(
                 "optimality norm skipped: %d blocks x %d parameters x %d snapshot(s) of "
                 "gradient sums would exceed %d MiB on the driver",
@@ -113,7 +122,7 @@ class Evaluator:
             for j, g in enumerate(local):
                 grads[g + i] = total[len(chunk) + j * p : len(chunk) + (j + 1) * p]
         reg = np.array([regularizer(self.model, t) for t in thetas])
-        norms = {g: optimality_norm(self.model, thetas[g], grads[g] / self.n) for g in grads}
+        norms = {g: optimality_norm(self.model, thetas[g], grads[g] / self.n, order) for g in grads}
         return np.concatenate(sums) / self.n + reg, np.array(
             [norms.get(g, math.nan) for g in wanted]
         )
@@ -157,6 +166,12 @@ class Evaluator:
             (np.frombuffer(row["sums"], dtype=np.float64, count=count), int(row["rows"]))
             for row in frame.collect()
         ]
+
+
+def _gradients_fit(blocks: int, params: int, snapshots: int) -> bool:
+    """Whether every block's gradient sums (p numbers per block and snapshot) fit the driver's
+    limit for them."""
+    return blocks * params * snapshots * 8 <= _MAX_GRADIENT_BYTES
 
 
 def _blocks_total(parts: list[tuple[np.ndarray, int]], n: int) -> np.ndarray:
@@ -223,20 +238,28 @@ class WorkerEvaluator:
         self.timeout = float(getattr(transport, "submit_wait", 30.0)) + 30.0
 
     def objectives(self, thetas: np.ndarray | list[np.ndarray]) -> np.ndarray:
+        thetas = np.atleast_2d(np.asarray(thetas, dtype=np.float64))
+        return np.array([self._evaluate(theta, gradient=False)[0] for theta in thetas])
+
+    def objective_and_norm(self, theta: np.ndarray) -> tuple[float, float]:
+        """F(θ) and the largest magnitude of its optimality gradient, from one side task per
+        block (NaN for the norm where the blocks' gradients are too large to collect)."""
+        p = int(np.asarray(theta).size)
+        return self._evaluate(theta, gradient=_gradients_fit(self.num_blocks, p, 1))
+
+    def _evaluate(self, theta: np.ndarray, gradient: bool) -> tuple[float, float]:
         from async_spark.engine.resident import SideCallFailed
 
-        thetas = np.atleast_2d(np.asarray(thetas, dtype=np.float64))
-        out = np.zeros(len(thetas))
-        for k, theta in enumerate(thetas):
-            calls = [
-                self.transport.side_call(b, theta, BlockLossArgs()) for b in range(self.num_blocks)
-            ]
-            try:
-                parts = [call.result(self.timeout) for call in calls]
-            except (SideCallFailed, TimeoutError) as exc:
-                raise EvaluationUnavailable(
-                    f"snapshot not evaluated by the workers: {exc}"
-                ) from exc
-            loss = _blocks_total([(np.atleast_1d(s), int(r)) for s, r in parts], self.n)[0]
-            out[k] = loss / self.n + regularizer(self.model, theta)
-        return out
+        theta = np.asarray(theta, dtype=np.float64)
+        args = BlockLossArgs(gradient=gradient)
+        calls = [self.transport.side_call(b, theta, args) for b in range(self.num_blocks)]
+        try:
+            parts = [call.result(self.timeout) for call in calls]
+        except (SideCallFailed, TimeoutError) as exc:
+            raise EvaluationUnavailable(f"snapshot not evaluated by the workers: {exc}") from exc
+        total = _blocks_total([(np.atleast_1d(s), int(r)) for s, r in parts], self.n)
+        value = total[0] / self.n + regularizer(self.model, theta)
+        if not gradient:
+            return float(value), math.nan
+        norm = optimality_norm(self.model, theta, total[1:] / self.n, math.inf)
+        return float(value), norm

@@ -95,6 +95,8 @@ class TrainResult:
     # asynchronous SGD and momentum: each block's share of the recent results at the end and the
     # range of the weights their results got (.loop.BlockShares); None when not weighted
     block_weights: dict[str, Any] | None = None
+    # the convergence test: {"tol", "passed": the snapshot that passed it or None}; None untested
+    tolerance: dict[str, Any] | None = None
 
     def coefficients(self) -> tuple[np.ndarray, np.ndarray]:
         """Weights ``(K, d)`` and intercepts ``(K,)`` for the raw (unstandardized) features."""
@@ -138,6 +140,7 @@ class TrainResult:
             "gradient_norm_start": self.start_gradient_norm,
             "target_objective": self.config.target_objective,
             "time_to_target": self.time_to_target,
+            "tolerance": self.tolerance,
             "stopped_by": self.stopped_by,
             "mean_staleness": (sum(int(k) * v for k, v in hist.items()) / total) if total else 0.0,
             "max_staleness": max((int(k) for k in hist), default=0),
@@ -467,7 +470,9 @@ def _side_evaluation(
     from async_spark.engine.resident import ResidentTransport
 
     transport = getattr(engine, "transport", None)
-    if config.target_objective is None or not isinstance(transport, ResidentTransport):
+    if (config.target_objective is None and not config.tol) or not isinstance(
+        transport, ResidentTransport
+    ):
         return
     recorder.evaluate_side_with(
         WorkerEvaluator(transport, problem.model, problem.desc.n, problem.desc.num_blocks)
@@ -487,6 +492,7 @@ def _recorder(
         eval_every=config.eval_every,
         initial_theta=theta,
         target_objective=config.target_objective,
+        tol=config.tol,
         checkpoint_every=config.checkpoint_every,
         checkpoint_seconds=config.checkpoint_seconds,
         trace=None if resume is None else resume.trace,
@@ -736,6 +742,7 @@ def _result(
         start_gradient_norm=record.start_gradient_norm,
         gradient_norm=record.gradient_norm,
         block_weights=None if shares is None else shares.summary(),
+        tolerance=record.tolerance,
     )
 
 

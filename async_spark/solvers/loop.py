@@ -253,8 +253,9 @@ def run_updates(
         if limits.time_budget is not None and now >= limits.time_budget:
             stopped_by = "time_budget"
             break
-        if recorder.target_reached():
-            stopped_by = "target_objective"
+        reason = recorder.stop_reason()
+        if reason is not None:
+            stopped_by = reason
             break
         if family.converged(state):
             stopped_by = "converged"

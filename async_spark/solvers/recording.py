@@ -22,26 +22,46 @@ from async_spark.engine.columns import Columns
 
 from .evaluate import EvaluationUnavailable, Evaluator, WorkerEvaluator
 
-__all__ = ["Recorder", "RunRecord", "SnapshotEvaluator", "TraceView"]
+__all__ = ["Recorder", "RunRecord", "SnapshotEvaluator", "TraceView", "tolerance_met"]
 
 MAX_SNAPSHOTS = 400  # snapshots kept in memory for evaluation (decimated beyond)
 
 
-class SnapshotEvaluator:
-    """Evaluates snapshots in a side thread to stop at a target objective (newest first)."""
+def tolerance_met(objective: float, gradient_max: float, tol: float) -> bool:
+    r"""The convergence test of pyspark.ml's L-BFGS (Breeze's gradient test, relative):
+    :math:`\max_j |g_j| \le \mathrm{tol} \cdot |F(\theta)|`, with :math:`g` the smallest
+    subgradient of the run's objective :math:`F` (its gradient without :math:`\ell_1`).
+    Never met by a NaN (a norm not collected) or where ``tol`` is 0."""
+    return tol > 0 and gradient_max <= tol * abs(objective)
 
-    def __init__(self, evaluator: Evaluator | WorkerEvaluator, target: float) -> None:
+
+class SnapshotEvaluator:
+    """Evaluates snapshots in a side thread (newest first) so that the run can stop at a
+    target objective or, with ``tol``, once a snapshot passes :func:`tolerance_met`;
+    ``reason`` says which (``"target_objective"`` or ``"tolerance"``), ``passed`` holds the
+    snapshot that passed the convergence test: ``(version, seconds, objective, gradient max)``;
+    ``values`` the objectives evaluated, by the snapshots' model versions."""
+
+    def __init__(
+        self,
+        evaluator: Evaluator | WorkerEvaluator,
+        target: float | None,
+        tol: float | None = None,
+    ) -> None:
         self.evaluator = evaluator
         self.target = target
+        self.tol = tol
         self.reached = threading.Event()
+        self.reason: str | None = None
+        self.passed: tuple[int, float, float, float] | None = None
         self.values: dict[int, float] = {}
-        self._queue: queue.Queue[tuple[int, np.ndarray] | None] = queue.Queue()
+        self._queue: queue.Queue[tuple[int, float, np.ndarray] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="async-spark-eval", daemon=True)
         self.error: BaseException | None = None
         self._thread.start()
 
-    def submit(self, index: int, theta: np.ndarray) -> None:
-        self._queue.put((index, theta))
+    def submit(self, version: int, seconds: float, theta: np.ndarray) -> None:
+        self._queue.put((version, seconds, theta))
 
     def _run(self) -> None:
         while True:
@@ -57,18 +77,27 @@ class SnapshotEvaluator:
                 if nxt is None:
                     return
                 item = nxt
-            index, theta = item
+            version, seconds, theta = item
             try:
-                value = float(self.evaluator.objectives(theta[None, :])[0])
+                if self.tol:
+                    value, norm = self.evaluator.objective_and_norm(theta)
+                else:
+                    value, norm = float(self.evaluator.objectives(theta[None, :])[0]), math.nan
             except EvaluationUnavailable:
                 continue  # evaluated after training instead
             except BaseException as exc:  # noqa: BLE001 - reported by the training loop
                 self.error = exc
                 self.reached.set()
                 return
-            self.values[index] = value
-            if value <= self.target:
+            self.values[version] = value
+            if self.target is not None and value <= self.target:
+                self.reason = "target_objective"
+            elif self.tol and tolerance_met(value, norm, self.tol):
+                self.reason = "tolerance"
+                self.passed = (version, seconds, value, norm)
+            if self.reason is not None:
                 self.reached.set()
+                return  # the run stops: nothing newer needs evaluating now
 
     def close(self) -> None:
         self._queue.put(None)
@@ -122,6 +151,8 @@ class RunRecord:
     # the optimality norm (models.linear.optimality_norm) of the first and the last snapshot
     start_gradient_norm: float | None = None
     gradient_norm: float | None = None
+    # the convergence test (tol) and the snapshot that passed it (Recorder._tolerance)
+    tolerance: dict[str, Any] | None = None
 
 
 #: The trace's columns: seconds, version, staleness, block (or None), objective, whether there is
@@ -177,6 +208,9 @@ class Recorder:
         Seconds of training between snapshots.
     target_objective : float, optional
         Evaluate snapshots as they are taken, in a side thread, so the run can stop there.
+    tol : float, optional
+        Evaluate snapshots with their gradients as they are taken, in a side thread, so the run
+        can stop once one passes :func:`tolerance_met` (0 or None: no test).
     checkpoint_every, checkpoint_seconds : optional
         A checkpoint is due every so many updates, or seconds of training.
     trace, snapshots : optional
@@ -190,6 +224,7 @@ class Recorder:
         eval_every: float,
         initial_theta: np.ndarray,
         target_objective: float | None = None,
+        tol: float | None = None,
         checkpoint_every: int | None = None,
         checkpoint_seconds: float | None = None,
         trace: list[dict[str, Any]] | None = None,
@@ -209,10 +244,9 @@ class Recorder:
         self.checkpoint_every = checkpoint_every
         self.checkpoint_seconds = checkpoint_seconds
         self.last_checkpoint = now
+        target = None if target_objective is None else float(target_objective)
         self.side = (
-            SnapshotEvaluator(evaluator, float(target_objective))
-            if target_objective is not None
-            else None
+            SnapshotEvaluator(evaluator, target, tol or None) if target is not None or tol else None
         )
 
     @property
@@ -233,8 +267,8 @@ class Recorder:
             return
         self.snapshots.append((now, version, np.array(model)))
         if self.side is not None:
-            self.side.submit(len(self.snapshots) - 1, self.snapshots[-1][2])
-        elif len(self.snapshots) > MAX_SNAPSHOTS:
+            self.side.submit(version, now, self.snapshots[-1][2])
+        if len(self.snapshots) > MAX_SNAPSHOTS:
             # A long run keeps bounded memory: every other snapshot goes, and they are taken
             # half as often from now on (the first and last are kept).
             self.snapshots = self.snapshots[:-1:2] + self.snapshots[-1:]
@@ -257,13 +291,14 @@ class Recorder:
         if self.side is not None:
             self.side.evaluator = evaluator
 
-    def target_reached(self) -> bool:
-        """Whether the side evaluator saw the target (re-raises its error)."""
+    def stop_reason(self) -> str | None:
+        """``"target_objective"`` or ``"tolerance"`` once the side evaluator saw a snapshot
+        that stops the run, else None (re-raises its error)."""
         if self.side is None or not self.side.reached.is_set():
-            return False
+            return None
         if self.side.error is not None:
             raise self.side.error
-        return True
+        return self.side.reason
 
     def close(self) -> None:
         if self.side is not None:
@@ -296,7 +331,8 @@ class Recorder:
         snapshots = self.snapshots
         if not snapshots or snapshots[-1][1] != version:
             snapshots.append((wall, version, np.array(model)))
-        values = {} if self.side is None else dict(self.side.values)
+        seen = {} if self.side is None else dict(self.side.values)  # by version
+        values = {i: seen[v] for i, (_, v, _) in enumerate(snapshots) if v in seen}
         last = len(snapshots) - 1
         # the first and the last snapshot always join the job: their gradients come with it
         todo = sorted({0, last} | {i for i in range(len(snapshots)) if i not in values})
@@ -324,7 +360,25 @@ class Recorder:
             time_to_target=time_to_target,
             start_gradient_norm=_known(norms[0]),
             gradient_norm=_known(norms[-1]),
+            tolerance=self._tolerance(),
         )
+
+    def _tolerance(self) -> dict[str, Any] | None:
+        """The convergence test's record: its ``tol`` and the snapshot that passed it (None
+        when none did)."""
+        side = self.side
+        if side is None or not side.tol:
+            return None
+        passed = None
+        if side.passed is not None:
+            version, seconds, objective, gradient_max = side.passed
+            passed = {
+                "seconds": seconds,
+                "version": version,
+                "objective": objective,
+                "gradient_max": gradient_max,
+            }
+        return {"tol": side.tol, "passed": passed}
 
 
 def _known(value: float) -> float | None:

@@ -176,10 +176,12 @@ class TaskArgs(NamedTuple):
 
 class BlockLossArgs(NamedTuple):
     """Args of a side task (:meth:`~async_spark.engine.resident.ResidentTransport.side_call`):
-    the loss sum of the whole block at the model, no gradient — a snapshot's evaluation by the
-    worker that holds the block."""
+    the loss sum of the whole block at the model — a snapshot's evaluation by the worker that
+    holds the block — and, with ``gradient``, the block's data gradient sum after it (one flat
+    vector: what the convergence test needs)."""
 
     whole_block_loss: bool = True
+    gradient: bool = False
 
 
 @dataclass(frozen=True)
@@ -214,7 +216,11 @@ class LinearTask:
         block = get_block(self.source, block_index)
         # by field, not class: named tuples arrive over the resident wire as look-alikes
         if getattr(args, "whole_block_loss", False):
-            return block_loss_sum(self.model, block, theta), block.rows
+            loss = block_loss_sum(self.model, block, theta)
+            if getattr(args, "gradient", False):
+                grad = block_gradient_sum(self.model, block, theta)
+                return np.concatenate([[loss], grad]), block.rows
+            return loss, block.rows
         sample = _sampled(block, self.sample(block_index, args, block.rows))
         payload, losses = COMPUTATIONS[self.computation](self.model, sample, theta, args.extra)
         return payload, loss_stats(losses)

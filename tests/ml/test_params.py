@@ -37,11 +37,13 @@ CLASSES = [
 @pytest.mark.parametrize("cls", CLASSES)
 def test_shared_mixins_where_the_meaning_is_the_same(cls):
     inst = cls()
-    for mixin in (HasRegParam, HasElasticNetParam, HasStandardization):
+    for mixin in (HasRegParam, HasElasticNetParam, HasStandardization, HasTol):
         assert isinstance(inst, mixin), mixin
-    # stepSize 0.0 = auto; seed >= 0 with default 0; maxUpdates are updates; no tolerance
-    for mixin in (HasStepSize, HasSeed, HasMaxIter, HasTol):
+    # stepSize 0.0 = auto; seed >= 0 with default 0; maxUpdates are updates
+    for mixin in (HasStepSize, HasSeed, HasMaxIter):
         assert not isinstance(inst, mixin), mixin
+    # tol: pyspark.ml's default and its gradient test (recording.tolerance_met)
+    assert inst.getTol() == 1e-6 and cls.tol is not HasTol.tol
     assert isinstance(inst, HasThreshold) == (cls.__name__.startswith("AsyncLogistic"))
     # pyspark's Param for standardization as it is; ours (same name) where a range is checked
     assert cls.standardization is HasStandardization.standardization
@@ -67,6 +69,8 @@ SAME_CHECK = [
     ("regParam", -1.0, {"l2": -1.0}),
     ("maxUpdates", 0, {"max_updates": 0}),
     ("timeBudget", -1.0, {"time_budget": -1.0}),
+    ("tol", -1e-6, {"tol": -1e-6}),
+    ("tol", float("nan"), {"tol": float("nan")}),
     ("batchFraction", -0.5, {"batch_fraction": -0.5}),
     ("batchFraction", 1.5, {"batch_fraction": 1.5}),
     ("numPartitions", -1, {"partitions": -1}),
@@ -173,6 +177,7 @@ def test_train_config_from_params():
         stepSafeguard=False,
         momentumRestart=False,
         momentumDamping=0.3,
+        tol=1e-4,
     )
     cfg = _train_config(lr, "logistic", 3, "/data")
     assert cfg == TrainConfig(
@@ -195,6 +200,7 @@ def test_train_config_from_params():
         seed=4,
         max_updates=7,
         time_budget=3.0,
+        tol=1e-4,
         eval_every=0.25,
         quiet=False,
     )
@@ -202,6 +208,8 @@ def test_train_config_from_params():
     asaga = _train_config(AsyncLinearRegression(beta=0.5, tau=2), "squares", 2, "/d")
     assert (asaga.step, asaga.momentum, asaga.beta, asaga.tau) == ("auto", None, 0.5, 2)
     assert asaga.time_budget is None and asaga.max_updates == 1000 and asaga.quiet
+    assert asaga.tol == 1e-6  # pyspark.ml's; tol=0.0 turns the test off
+    assert _train_config(AsyncLinearRegression(tol=0.0), "squares", 2, "/d").tol is None
     assert (asaga.step_safeguard, asaga.momentum_restart, asaga.momentum_damping) == (
         True,
         True,

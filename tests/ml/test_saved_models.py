@@ -28,6 +28,7 @@ ADDED = {
     "momentumRestart": True,
     "momentumDamping": None,
     "blockWeights": True,
+    "tol": 1e-6,
 }
 # Defaults changed since: a loaded Estimator keeps the default it was saved with (pyspark restores
 # the saved defaultParamMap: test_an_old_estimator_loads_with_its_params), a new one writes today's.
