@@ -9,6 +9,7 @@ slows the run it measures) and writes the objectives into the trace.
 
 from __future__ import annotations
 
+import logging
 import math
 import queue
 import threading
@@ -23,6 +24,8 @@ from async_spark.engine.columns import Columns
 from .evaluate import EvaluationUnavailable, Evaluator, WorkerEvaluator
 
 __all__ = ["Recorder", "RunRecord", "SnapshotEvaluator", "TraceView", "tolerance_met"]
+
+log = logging.getLogger(__name__)
 
 MAX_SNAPSHOTS = 400  # snapshots kept in memory for evaluation (decimated beyond)
 
@@ -58,6 +61,7 @@ class SnapshotEvaluator:
         self._queue: queue.Queue[tuple[int, float, np.ndarray] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="async-spark-eval", daemon=True)
         self.error: BaseException | None = None
+        self.failed: str | None = None  # why the convergence test stopped (tol only)
         self._thread.start()
 
     def submit(self, version: int, seconds: float, theta: np.ndarray) -> None:
@@ -86,6 +90,12 @@ class SnapshotEvaluator:
             except EvaluationUnavailable:
                 continue  # evaluated after training instead
             except BaseException as exc:  # noqa: BLE001 - reported by the training loop
+                if self.target is None:
+                    # only the convergence test asked: the run goes on to its other limits,
+                    # and its summary says why no snapshot passed
+                    self.failed = f"{type(exc).__name__}: {str(exc)[:500]}"
+                    log.warning("convergence test off for the rest of the run: %s", self.failed)
+                    return
                 self.error = exc
                 self.reached.set()
                 return
@@ -378,7 +388,10 @@ class Recorder:
                 "objective": objective,
                 "gradient_max": gradient_max,
             }
-        return {"tol": side.tol, "passed": passed}
+        out: dict[str, Any] = {"tol": side.tol, "passed": passed}
+        if side.failed is not None:
+            out["failed"] = side.failed
+        return out
 
 
 def _known(value: float) -> float | None:

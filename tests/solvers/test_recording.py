@@ -121,3 +121,72 @@ def test_a_run_without_updates_asks_for_one_snapshots_norm_twice():
     done = rec.finish(0.0, 0, np.full(2, 3.0))
     assert done.start_gradient_norm == done.gradient_norm == 3.0
     assert done.final_objective == 6.0 and len(done.snapshots) == 1
+
+
+class _GradientEvaluator(_SumEvaluator):
+    """F = 1 + sum(theta); its gradient's largest entry: theta's second entry (or a failure)."""
+
+    def __init__(self, fail=False):
+        self.fail = fail
+
+    def objectives(self, thetas):
+        return 1.0 + np.atleast_2d(thetas).sum(axis=1)
+
+    def objective_and_norm(self, theta):
+        if self.fail:
+            raise RuntimeError("the evaluation job failed")
+        return float(self.objectives(theta)[0]), float(theta[1])
+
+
+def _wait(rec, seconds=5.0):
+    deadline = time.monotonic() + seconds
+    while rec.stop_reason() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return rec.stop_reason()
+
+
+def test_the_convergence_test_stops_at_the_first_snapshot_that_passes_it():
+    rec = Recorder(_GradientEvaluator(), eval_every=1.0, initial_theta=np.zeros(2), tol=1e-3)
+    rec.update(1.0, 1, 0, 0, np.array([0.0, 0.5]))  # |g| 0.5 > 1e-3 x 1.5
+    time.sleep(0.2)
+    assert rec.stop_reason() is None
+    rec.update(2.0, 2, 0, 0, np.array([0.0, 1e-4]))  # passes: 1e-4 <= 1e-3 x 1.0001
+    assert _wait(rec) == "tolerance"
+    rec.close()
+    record = rec.finish(wall=2.5, version=3, model=np.array([0.0, 0.0]))
+    assert record.tolerance == {
+        "tol": 1e-3,
+        "passed": {"seconds": 2.0, "version": 2, "objective": 1.0001, "gradient_max": 1e-4},
+    }
+    assert record.snapshots[2] == (2.0, 2, 1.0001)  # the side's value, reused
+
+
+def test_a_failing_evaluation_turns_the_test_off_and_the_run_goes_on():
+    """Only the convergence test asked for the evaluation: a failure is logged and said in the
+    record, not raised into the training loop (with a target objective it is raised)."""
+    rec = Recorder(
+        _GradientEvaluator(fail=True), eval_every=1.0, initial_theta=np.zeros(2), tol=1e-3
+    )
+    rec.update(1.0, 1, 0, 0, np.array([0.0, 0.0]))
+    time.sleep(0.3)
+    assert rec.stop_reason() is None
+    rec.close()
+    record = rec.finish(wall=1.5, version=1, model=np.array([0.0, 0.0]))
+    assert record.tolerance["passed"] is None
+    assert record.tolerance["failed"] == "RuntimeError: the evaluation job failed"
+
+
+def test_snapshots_decimate_with_a_side_evaluator_and_keep_its_values():
+    """A long run keeps at most MAX_SNAPSHOTS snapshots with the convergence test on too; the
+    values the side evaluated are found by version after the decimation."""
+    from async_spark.solvers import recording
+
+    rec = Recorder(_GradientEvaluator(), eval_every=1.0, initial_theta=np.zeros(2), tol=1e-9)
+    for k in range(1, recording.MAX_SNAPSHOTS + 5):
+        rec.update(rec.next_snapshot, k, 0, 0, np.array([float(k), 1.0]))
+    assert len(rec.snapshots) <= recording.MAX_SNAPSHOTS
+    rec.close()
+    record = rec.finish(wall=1e6, version=10**6, model=np.array([0.0, 1.0]))
+    expected = {0: 1.0, 10**6: 2.0}  # zeros at the start; [0, 1] at the end
+    for _, version, value in record.snapshots:
+        assert value == expected.get(version, version + 2.0), version  # the model [k, 1]
