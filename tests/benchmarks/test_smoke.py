@@ -54,6 +54,7 @@ SMOKES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "momentum_engine.py": (("ag_vs_sgd_updates_sync",), ("spark", "sklearn")),
     "step_search.py": (("searched_vs_best_fixed_updates_max",), ("sklearn",)),
     "soak.py": (("soak_rss_growth_mb",), ("spark",)),
+    "tol_stop.py": (("tol_vs_no_tol_call_seconds", "tol_final_gap_max"), ("spark",)),
     "scale.py": (("asaga_speedup_emulated_32",), ()),
     "peers_sweep.py": (("fewest_updates_to_target",), ()),
     "conditioning.py": (("std_over_raw_kappa_sparse",), ("sklearn",)),
