@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from async_spark.cli import main
-from async_spark.cli.train import optimality_line
+from async_spark.cli.train import convergence_hint, optimality_line
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -278,3 +278,28 @@ def test_the_optimality_line_says_the_norms_and_their_ratio():
         "0 at the optimum"
     )
     assert optimality_line({**row, "gradient_norm": None}) is None
+
+
+def test_a_run_that_the_budget_ended_before_the_convergence_test_says_what_to_try():
+    base = {
+        "method": "asaga",
+        "stopped_by": "time_budget",
+        "tolerance": {"tol": 1e-6, "passed": None},
+        "gradient_norm": 0.082,
+        "gradient_norm_start": 0.391,
+    }
+    hint = convergence_hint(base)
+    assert hint is not None and hint.startswith(
+        "not converged: asaga ended at its time budget (gradient at 0.21 of the start's) "
+        "before a snapshot passed --tol 1e-06."
+    )
+    assert "--method lbfgs" in hint and "--time-budget" in hint
+    assert "max updates" in convergence_hint({**base, "stopped_by": "max_updates"})
+    passed = {"seconds": 2.0, "version": 9, "objective": 0.1, "gradient_max": 1e-8}
+    quiet = [
+        {**base, "tolerance": {"tol": 1e-6, "passed": passed}, "stopped_by": "tolerance"},
+        {**base, "tolerance": None},  # --tol 0: no test, nothing to say
+        {**base, "method": "lbfgs"},  # nothing faster to suggest
+        {**base, "stopped_by": "interrupted"},
+    ]
+    assert [convergence_hint(s) for s in quiet] == [None] * 4

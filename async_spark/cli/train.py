@@ -522,6 +522,29 @@ def optimality_line(summary: dict[str, Any]) -> str | None:
     )
 
 
+def convergence_hint(summary: dict[str, Any]) -> str | None:
+    """One line when the convergence test was on and no snapshot passed it before the run's
+    budget ended it: what else to try (None otherwise, and for L-BFGS, which has no faster
+    alternative here)."""
+    tolerance = summary.get("tolerance")
+    if (
+        not tolerance
+        or tolerance.get("passed") is not None
+        or summary.get("stopped_by") not in ("time_budget", "max_updates")
+        or summary.get("method") == "lbfgs"
+    ):
+        return None
+    end, start = summary.get("gradient_norm"), summary.get("gradient_norm_start")
+    where = f" (gradient at {end / start:.2g} of the start's)" if end and start else ""
+    return (
+        f"not converged: {summary['method']} ended at its {summary['stopped_by'].replace('_', ' ')}"
+        f"{where} before a snapshot passed --tol {tolerance['tol']:g}. With a small --l2 or "
+        "sparse standardized columns the stochastic methods need many passes over the data; "
+        "--method lbfgs (or ag) converges in far fewer, or give a larger --time-budget "
+        "(docs/steps.md, 'When a run does not converge')"
+    )
+
+
 def _stopped_by(summary: dict[str, Any]) -> str:
     """Why the run ended; for the convergence test, with the snapshot that passed it."""
     reason = str(summary.get("stopped_by", "-"))
@@ -563,9 +586,9 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
     if rows:
         print(objective_line(rows[0]))
     for r in rows:
-        line = optimality_line(r)
-        if line is not None:
-            print(line)
+        for line in (optimality_line(r), convergence_hint(r)):
+            if line is not None:
+                print(line)
     summary = {r["method"]: r["final_objective"] for r in rows}
     print("RESULT " + json.dumps(summary))
 
