@@ -308,8 +308,10 @@ class AsyncLogisticRegression(
     """Logistic regression fitted by asynchronous SGD/SAGA/momentum on the ASYNC engine.
 
     Parameters: see :class:`~async_spark.ml._params._AsyncLinearParams` (``method``,
-    ``stepSize``, ``regParam``, ``elasticNetParam``, ``maxUpdates``, ``timeBudget``, ``beta``,
-    ``tau``, ``stragglers``, ...) plus ``family`` and ``threshold``. Keyword arguments only.
+    ``stepSize``, ``regParam``, ``elasticNetParam``, ``maxUpdates``, ``timeBudget``, ``tol``,
+    ``beta``, ``tau``, ``stragglers``, ...) plus ``family`` and ``threshold``. Keyword arguments
+    only. A fit ends at ``maxUpdates``, ``timeBudget`` or once a snapshot passes the convergence
+    test ``tol`` (pyspark.ml's default, 1e-6), whichever comes first: ``summary.stoppedBy``.
 
     Examples
     --------
