@@ -216,11 +216,11 @@ class LinearTask:
         block = get_block(self.source, block_index)
         # by field, not class: named tuples arrive over the resident wire as look-alikes
         if getattr(args, "whole_block_loss", False):
-            loss = block_loss_sum(self.model, block, theta)
             if getattr(args, "gradient", False):
-                grad = block_gradient_sum(self.model, block, theta)
-                return np.concatenate([[loss], grad]), block.rows
-            return loss, block.rows
+                # one pass over the block's margins for both (a task's own gradient kernel)
+                grad, losses = _gradient(self.model, block, theta, None)
+                return np.concatenate([[losses.sum()], grad]), block.rows
+            return block_loss_sum(self.model, block, theta), block.rows
         sample = _sampled(block, self.sample(block_index, args, block.rows))
         payload, losses = COMPUTATIONS[self.computation](self.model, sample, theta, args.extra)
         return payload, loss_stats(losses)

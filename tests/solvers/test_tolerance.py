@@ -68,6 +68,24 @@ def test_the_evaluators_norm_is_the_largest_entry_of_the_gradient(cancer):
         assert norm == pytest.approx(np.max(np.abs(g)), rel=1e-10)
 
 
+def test_the_side_task_returns_the_blocks_loss_and_gradient_sums(cancer):
+    """What a worker sends for the convergence test: the block's loss sum, then its data
+    gradient sum, bit for bit those of the loss and gradient kernels (one pass for both)."""
+    from async_spark.models.linear import block_gradient_sum, block_loss_sum
+    from async_spark.solvers.worker import BlockLossArgs, LinearTask
+
+    source, desc = cancer
+    model = LinearModel("logistic", desc.d, l2=1e-2)
+    theta = 0.1 * np.random.default_rng(1).standard_normal(model.num_params)
+    task = LinearTask(source, model, 0)
+    for b, block in enumerate(_blocks(source)):
+        sums, rows = task(b, theta, BlockLossArgs(gradient=True))
+        assert rows == block.rows and sums.shape == (1 + model.num_params,)
+        assert sums[0] == block_loss_sum(model, block, theta)
+        np.testing.assert_array_equal(sums[1:], block_gradient_sum(model, block, theta))
+        assert task(b, theta, BlockLossArgs()) == (sums[0], rows)  # the loss alone: the same
+
+
 def _cfg(**kw):
     base = dict(
         data="builtin:breast_cancer",
