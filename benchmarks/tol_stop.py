@@ -1,5 +1,6 @@
-"""What the convergence test changes for a user: ``async-spark train`` with default options on
-built-in data, with the test (``--tol 1e-6``, the default) and without it (``--tol 0``, what
+"""What the convergence test changes for a user: ``async-spark train --method asaga`` (the
+default method until ``auto`` chose L-BFGS, session 33) with default options on built-in data,
+with the test (``--tol 1e-6``, the default) and without it (``--tol 0``, what
 every run did before), side by side in one session, alternating which goes first.
 
 For each dataset and side: seconds from the call to the returned model (data opened, step chosen,
@@ -40,7 +41,9 @@ def _run(
 ) -> dict[str, Any]:
     from async_spark.solvers import TrainConfig, train_linear
 
-    config = TrainConfig(data=data, loss=loss, l2=l2, tol=tol, time_budget=budget, quiet=True)
+    config = TrainConfig(
+        data=data, loss=loss, method="asaga", l2=l2, tol=tol, time_budget=budget, quiet=True
+    )
     start = time.perf_counter()
     result = train_linear(config, spark=spark)
     seconds = time.perf_counter() - start

@@ -115,6 +115,30 @@ def test_train_writes_summary_trace_and_model(spark, tmp_path, capsys):
     assert not spark.sparkContext._jsc.sc().isStopped()  # the caller's session stays up
 
 
+@pytest.mark.spark
+def test_train_without_a_method_runs_lbfgs_and_says_why(spark, tmp_path, capsys):
+    """The default --method auto: L-BFGS to convergence on breast cancer, one line saying so;
+    a stochastic option (--step) makes it ASAGA."""
+    from async_spark.cli.train import method_line
+
+    out = tmp_path / "run"
+    args = ["train", "--data", "builtin:breast_cancer", "--partitions", "2", "--quiet"]
+    assert main([*args, "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["method"] == "lbfgs" and summary["stopped_by"] in ("converged", "tolerance")
+    assert summary["method_choice"]["chose"] == "lbfgs"
+    lines = capsys.readouterr().out.splitlines()
+    assert method_line(summary) in lines
+    assert method_line(summary).startswith("method: auto chose lbfgs (no option of the stochastic")
+    assert lines[1].startswith("lbfgs ")  # the table's row names the method that ran
+    step = tmp_path / "step"
+    assert main([*args, "--step", "0.01", "--max-updates", "5", "--out", str(step)]) == 0
+    summary = json.loads((step / "summary.json").read_text())
+    assert summary["method"] == "asaga"
+    assert summary["method_choice"]["why"] == "--step is an option of the stochastic methods"
+    assert method_line({**summary, "method_choice": None}) is None
+
+
 def test_the_objective_line_names_the_penalized_columns():
     from async_spark.cli.train import objective_line
 

@@ -79,8 +79,12 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
 
     p.add_argument(
         "--method",
-        default="asaga",
-        help=f"{' | '.join(LINEAR_METHODS)}, or a comma list (e.g. asaga,saga) to run side by side",
+        default="auto",
+        help=(
+            f"auto | {' | '.join(LINEAR_METHODS)}, or a comma list (e.g. asaga,saga) to run side "
+            "by side; auto (default): lbfgs, or asaga with an option only the stochastic methods "
+            "take (--step, --step-rule, --batch-fraction, --beta, --tau, --ssp)"
+        ),
     )
     p.add_argument(
         "--momentum",
@@ -507,6 +511,17 @@ def worse_than_start(result: Any) -> str | None:
     )
 
 
+def method_line(summary: dict[str, Any]) -> str | None:
+    """For a run whose method ``auto`` chose: which, why, and how to ask for another."""
+    choice = summary.get("method_choice")
+    if not choice:
+        return None
+    return (
+        f"method: auto chose {choice['chose']} ({choice['why']}); --method names another, "
+        "e.g. asaga for asynchronous updates past stragglers (docs/steps.md, 'The default method')"
+    )
+
+
 def optimality_line(summary: dict[str, Any]) -> str | None:
     """How far the run's model is from the optimum, measured rather than guessed: the norm of
     the objective's gradient (with l1: its smallest subgradient) at the start and at the end,
@@ -586,7 +601,7 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
     if rows:
         print(objective_line(rows[0]))
     for r in rows:
-        for line in (optimality_line(r), convergence_hint(r)):
+        for line in (method_line(r), optimality_line(r), convergence_hint(r)):
             if line is not None:
                 print(line)
     summary = {r["method"]: r["final_objective"] for r in rows}

@@ -36,6 +36,7 @@ from pyspark.ml.param.shared import (
 )
 
 from async_spark.engine.policies import PartialBarrier, PolicyError, StalenessBound
+from async_spark.solvers.choice import AUTO
 from async_spark.solvers.config import (
     LINEAR_METHODS,
     MOMENTUM_METHODS,
@@ -208,12 +209,13 @@ class _AsyncLinearParams(
     method: Param[str] = Param(
         Params._dummy(),
         "method",
-        "update rule: "
+        "update rule: auto (the default: lbfgs, or asaga with stepSize, batchFraction, beta or "
+        "tau set; docs/steps.md), "
         + ", ".join(LINEAR_METHODS)
         + " ("
         + ", ".join(SYNC_METHODS)
         + " are bulk-synchronous rounds, the others asynchronous).",
-        typeConverter=_checked("method", _word, _one_of(LINEAR_METHODS)),
+        typeConverter=_checked("method", _word, _one_of((AUTO, *LINEAR_METHODS))),
     )
     stepSize: Param[float] = Param(
         Params._dummy(),
@@ -386,7 +388,7 @@ class _AsyncLinearParams(
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
         self._setDefault(
-            method="asaga",
+            method=AUTO,
             stepSize=0.0,
             momentum=0.0,
             momentumDamping=None,

@@ -16,6 +16,7 @@ from async_spark.engine.policies import (
 from async_spark.engine.stragglers import StragglerModel
 from async_spark.models.linear import LOSSES
 
+from .choice import AUTO, choose_method
 from .methods import METHODS, MomentumFamily
 from .momentum import MOMENTUM_RULES
 from .validation import (
@@ -65,7 +66,9 @@ class TrainConfig:
     # and scikit-learn's StandardScaler + LogisticRegression
     penalty_on: str = "standardized"
     loss: str = "logistic"
-    method: str = "asaga"
+    # a row of the method table, or "auto" (the default): validate() resolves it to one
+    # (solvers.choice) and says why in ``chosen_by``
+    method: str = AUTO
     l2: float = 1e-4
     l1: float = 0.0
     step: float | str = "auto"
@@ -108,10 +111,13 @@ class TrainConfig:
     publisher: str = "broadcast"  # the job transport's model versions: broadcast or inline
     transport: str = "resident"  # resident tasks (one Spark job per run) or one job per task
     extra: dict[str, Any] = field(default_factory=dict)
+    chosen_by: str | None = None  # set by validate() when method was "auto": the rule's row
 
     def validate(self) -> TrainConfig:
         """Check every option once (one :class:`ConfigError` naming the first bad one)."""
-        check_choice("method", self.method, LINEAR_METHODS)
+        check_choice("method", self.method, (AUTO, *LINEAR_METHODS))
+        if self.method == AUTO:
+            self.method, self.chosen_by = dataclasses.astuple(choose_method(self))
         check_choice("loss", self.loss, LOSSES)
         if self.format == "csv":
             raise ConfigError(

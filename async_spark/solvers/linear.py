@@ -110,6 +110,10 @@ class TrainResult:
         total = sum(hist.values())
         return {
             "method": self.config.method,
+            # how method "auto" (the default) chose it: None where the user named the method
+            "method_choice": None
+            if self.config.chosen_by is None
+            else {"asked": "auto", "chose": self.config.method, "why": self.config.chosen_by},
             "loss": self.config.loss,
             "data": self.config.as_dict()["data"],
             "n": self.descriptor.n,

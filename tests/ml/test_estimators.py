@@ -291,7 +291,7 @@ def test_multinomial_and_linear_regression(spark, tmp_path):
 BAD_PARAMS = [
     ({"regParam": -0.1}, ParamValueError, "regParam must be a finite number >= 0, got -0.1"),
     ({"elasticNetParam": 1.5}, ParamValueError, r"elasticNetParam must be in \[0, 1\]"),
-    ({"method": "adam"}, ParamValueError, "method must be one of sgd, asgd"),
+    ({"method": "adam"}, ParamValueError, "method must be one of auto, sgd, asgd"),
     (
         {"stepSize": -1.0},
         ParamValueError,
@@ -423,19 +423,32 @@ def test_the_summary_reports_the_block_weights_of_an_asynchronous_sgd_fit(assemb
     assert saga.summary.blockWeights is None
 
 
-def test_a_default_fit_stops_once_converged(assembled):
+@pytest.mark.parametrize(
+    ("params", "method", "stopped_by"),
+    [
+        ({}, "lbfgs", "converged"),  # method auto: L-BFGS, whose own test (1e-10) comes first
+        ({"batchFraction": 0.1}, "asaga", "tolerance"),  # a stochastic Param: auto picks ASAGA
+    ],
+)
+def test_a_default_fit_stops_once_converged(assembled, params, method, stopped_by):
     """tol (pyspark.ml's default 1e-6): a fit with room for 10^6 updates returns once a
-    snapshot's largest gradient entry is at most 1e-6 of its objective, checked here over the
-    frame's rows in numpy at the model it returned (on the original scale: the gradient is the
-    standardized problem's, so the check runs there)."""
+    snapshot's largest gradient entry is at most 1e-6 of its objective (L-BFGS: once its own
+    tighter test passes), checked here over the frame's rows in numpy at the model it returned
+    (on the original scale: the gradient is the standardized problem's, so the check runs
+    there)."""
     from async_spark.data.blocks import Block
     from async_spark.models.linear import LinearModel, full_gradient, objective, pack_params
 
     train, _ = assembled
-    est = AsyncLogisticRegression(regParam=0.01, maxUpdates=10**6, numPartitions=4, evalEvery=0.25)
+    est = AsyncLogisticRegression(
+        regParam=0.01, maxUpdates=10**6, numPartitions=4, evalEvery=0.25, **params
+    )
+    assert est.getMethod() == "auto"
     model = est.fit(train)
     s = model.summary
-    assert s.stoppedBy == "tolerance" and s.totalUpdates < 10**6
+    choice = s.asDict()["method_choice"]
+    assert choice["asked"] == "auto" and choice["chose"] == method, choice
+    assert s.stoppedBy == stopped_by and s.totalUpdates < 10**6
     rows = train.select("features", "label").collect()
     X = np.array([r.features.toArray() for r in rows])
     y = np.array([r.label for r in rows])

@@ -32,8 +32,9 @@ ADDED = {
 }
 # Defaults changed since: a loaded Estimator keeps the default it was saved with (pyspark restores
 # the saved defaultParamMap: test_an_old_estimator_loads_with_its_params), a new one writes today's.
-# batchFraction 0.1 -> 0.0, "the method's default" (0.1 for SAGA, the whole block for the others).
-CHANGED = {"batchFraction": 0.0}
+# batchFraction 0.1 -> 0.0, "the method's default" (0.1 for SAGA, the whole block for the others);
+# method "asaga" -> "auto" (lbfgs unless a stochastic Param is set: solvers/choice.py).
+CHANGED = {"batchFraction": 0.0, "method": "auto"}
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "saved_models")
 CLASSES = {

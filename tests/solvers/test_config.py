@@ -12,7 +12,7 @@ from async_spark.solvers.methods import METHODS
 from async_spark.solvers.validation import ConfigError, flag_name
 
 BAD = [
-    (dict(method="adam"), "method", "must be one of sgd"),
+    (dict(method="adam"), "method", "must be one of auto, sgd"),
     (dict(loss="hinge"), "loss", "must be one of logistic"),
     (dict(step=-1.0), "step", "must be a finite number > 0"),
     (dict(step="fast"), "step", "must be a finite number > 0"),
