@@ -426,8 +426,10 @@ def test_the_summary_reports_the_block_weights_of_an_asynchronous_sgd_fit(assemb
 @pytest.mark.parametrize(
     ("params", "method", "stopped_by"),
     [
-        ({}, "lbfgs", "converged"),  # method auto: L-BFGS, whose own test (1e-10) comes first
-        ({"batchFraction": 0.1}, "asaga", "tolerance"),  # a stochastic Param: auto picks ASAGA
+        # method auto: L-BFGS, stopped by its own test (1e-10) or by a snapshot's, whichever
+        # comes first (CI saw both)
+        ({}, "lbfgs", ("converged", "tolerance")),
+        ({"batchFraction": 0.1}, "asaga", ("tolerance",)),  # a stochastic Param: ASAGA
     ],
 )
 def test_a_default_fit_stops_once_converged(assembled, params, method, stopped_by):
@@ -448,7 +450,7 @@ def test_a_default_fit_stops_once_converged(assembled, params, method, stopped_b
     s = model.summary
     choice = s.asDict()["method_choice"]
     assert choice["asked"] == "auto" and choice["chose"] == method, choice
-    assert s.stoppedBy == stopped_by and s.totalUpdates < 10**6
+    assert s.stoppedBy in stopped_by and s.totalUpdates < 10**6
     rows = train.select("features", "label").collect()
     X = np.array([r.features.toArray() for r in rows])
     y = np.array([r.label for r in rows])
