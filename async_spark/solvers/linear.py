@@ -659,8 +659,33 @@ def train_linear(
             bar.close(functools.partial(_bar_details, engine))
     model = np.array(family.iterate(current.theta, current.state))
     record = recorder.finish(end.wall, engine.version, model)
+    _warn_if_separable(config, record.final_objective, model)
     parts = (problem, row, step, model, end, record, engine, safeguard, setup_seconds, current)
     return _result(config, *parts, messages.shares)
+
+
+#: A mean classification loss below this, without a penalty, means every training row is
+#: classified with a margin of about 14 or more (log(1 + e^-14) = 8e-7): separable rows.
+SEPARABLE_LOSS = 1e-6
+
+
+def _warn_if_separable(config: TrainConfig, final_objective: float, theta: np.ndarray) -> None:
+    """Without a penalty, a classification loss on separable rows has no minimum (its infimum,
+    0, is at infinite weights): the weights returned say when the run stopped, not a solution.
+    pyspark.ml's default (regParam 0) meets this on small data; say so instead of returning
+    weights of 10^6 silently."""
+    if config.loss == "squares" or config.l2 > 0 or config.l1 > 0:
+        return
+    if not final_objective < SEPARABLE_LOSS:
+        return
+    log.warning(
+        "the training rows are linearly separable and the objective has no penalty (l2 = l1 = 0"
+        ", regParam = 0): its infimum, 0, lies at infinite weights, so the weights returned "
+        "(largest |w| %.3g, training loss %.3g) only say when the run stopped; set l2 "
+        "(--l2, regParam) > 0 for a model with a minimum",
+        float(np.max(np.abs(theta), initial=0.0)),
+        final_objective,
+    )
 
 
 def _on_frame(

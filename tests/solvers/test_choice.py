@@ -70,3 +70,32 @@ def test_a_default_run_trains_with_lbfgs_and_says_why():
         TrainConfig(data="builtin:breast_cancer", method="lbfgs", l2=0.01, partitions=2, quiet=True)
     )
     assert named.summary()["method_choice"] is None
+
+
+def _separable(n=200, d=5, seed=0):
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d))
+    w = rng.standard_normal(d)
+    y = (X @ w > 0).astype(float)
+    X += 0.5 * np.sign(X @ w)[:, None] * w / np.linalg.norm(w)  # a margin around the plane
+    return X, y
+
+
+@pytest.mark.parametrize("l2", [0.0, 1e-3])
+def test_separable_rows_without_a_penalty_are_named(caplog, l2):
+    """L-BFGS (the default) at l2 = 0 on separable rows drives the loss to 0 and the weights
+    up: a warning says why; with a penalty the objective has a minimum and nothing is said."""
+    import logging
+
+    X, y = _separable()
+    cfg = TrainConfig(data=(X, y), l2=l2, partitions=2, quiet=True, max_updates=2000)
+    with caplog.at_level(logging.WARNING, logger="async_spark.solvers.linear"):
+        result = train_linear(cfg)
+    said = [r.getMessage() for r in caplog.records if "linearly separable" in r.getMessage()]
+    if l2 == 0.0:
+        assert result.final_objective < 1e-6
+        assert len(said) == 1 and "set l2 (--l2, regParam) > 0" in said[0], said
+    else:
+        assert result.final_objective > 1e-3 and said == []
