@@ -35,15 +35,8 @@ __all__ = ["AUTO", "MethodChoice", "choose_method"]
 
 AUTO = "auto"
 
-#: options only the stochastic methods take, with the flag a user wrote them as
-_STOCHASTIC_OPTIONS = (
-    ("step", "step"),
-    ("step_rule", "step-rule"),
-    ("batch_fraction", "batch-fraction"),
-    ("beta", "beta"),
-    ("tau", "tau"),
-    ("ssp", "ssp"),
-)
+#: options only the stochastic methods take (their flags: the names with hyphens)
+_STOCHASTIC_OPTIONS = ("step", "step_rule", "batch_fraction", "beta", "tau", "ssp")
 
 
 @dataclass(frozen=True)
@@ -52,9 +45,6 @@ class MethodChoice:
 
     method: str
     why: str
-
-    def summary(self) -> dict[str, str]:
-        return {"asked": AUTO, "chose": self.method, "why": self.why}
 
 
 def _given(config: Any, name: str) -> bool:
@@ -75,8 +65,9 @@ def choose_method(config: Any) -> MethodChoice:
             "applies to the momentum methods (hb, ag, apg, ahb, aag, aapg): name one with "
             "{method} (the default, auto, chooses lbfgs or asaga)",
         )
-    for name, flag in _STOCHASTIC_OPTIONS:
+    for name in _STOCHASTIC_OPTIONS:
         if _given(config, name):
+            flag = name.replace("_", "-")
             return MethodChoice("asaga", f"--{flag} is an option of the stochastic methods")
     return MethodChoice(
         "lbfgs",

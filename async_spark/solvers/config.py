@@ -117,7 +117,8 @@ class TrainConfig:
         """Check every option once (one :class:`ConfigError` naming the first bad one)."""
         check_choice("method", self.method, (AUTO, *LINEAR_METHODS))
         if self.method == AUTO:
-            self.method, self.chosen_by = dataclasses.astuple(choose_method(self))
+            choice = choose_method(self)
+            self.method, self.chosen_by = choice.method, choice.why
         check_choice("loss", self.loss, LOSSES)
         if self.format == "csv":
             raise ConfigError(

@@ -49,6 +49,7 @@ from async_spark.models.linear import LinearModel, init_params, regularizer
 from async_spark.reporting.progress import TrainingProgress
 
 from .checkpoint import Checkpoint, check_compatible, save_checkpoint, state_from_parts
+from .choice import AUTO
 from .config import TrainConfig
 from .evaluate import Evaluator, WorkerEvaluator
 from .loop import BlockShares, Current, Limits, LoopEnd, Messages, run_updates
@@ -113,7 +114,7 @@ class TrainResult:
             # how method "auto" (the default) chose it: None where the user named the method
             "method_choice": None
             if self.config.chosen_by is None
-            else {"asked": "auto", "chose": self.config.method, "why": self.config.chosen_by},
+            else {"asked": AUTO, "chose": self.config.method, "why": self.config.chosen_by},
             "loss": self.config.loss,
             "data": self.config.as_dict()["data"],
             "n": self.descriptor.n,
