@@ -1,5 +1,5 @@
 """spark-submit entry point of the main job: ASAGA beside SAGA under cloud stragglers on
-builtin:synthetic, with a report (``report.md``, ``objective.png``, ``report.json``) in ``--out``.
+builtin:synthetic, L-BFGS (``--also``) for reference, with a report (``report.md``, ``objective.png``, ``report.json``) in ``--out``.
 
     spark-submit --master spark://host:7077 jobs/main.py --out /shared/runs/main
 

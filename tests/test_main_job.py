@@ -66,6 +66,25 @@ def _last_at_or_before(points, seconds):
     return [o for s, o in points if s <= seconds + 1e-9][-1]
 
 
+def _sentence(fast, slow, points, summary):
+    """The report's sentence on ``fast`` against ``slow``, recomputed from their traces: the time
+    ``fast`` first reaches ``slow``'s final objective, against ``slow``'s own."""
+    target = summary[slow]["final_objective"]
+    slow_t = _first_at_or_below(points[slow], target)
+    assert slow_t is not None
+    fast_t = _first_at_or_below(points[fast], target)
+    a, b = fast.upper(), slow.upper()
+    if fast_t is None:
+        return f"{a} did not reach {b}'s final objective ({target:.6g}, reached in "
+    assert fast_t > 0
+    ratio = slow_t / fast_t
+    how = f"{ratio:.1f}\u00d7 sooner" if ratio >= 1 else f"{1 / ratio:.1f}\u00d7 later"
+    return (
+        f"{a} reached {b}'s final objective ({target:.6g}) {how}: in {fast_t:.1f} s "
+        f"against {slow_t:.1f} s."
+    )
+
+
 @pytest.mark.spark
 @pytest.mark.slow
 def test_a_small_main_job_reports_what_its_runs_wrote(tmp_path):
@@ -96,7 +115,10 @@ def test_a_small_main_job_reports_what_its_runs_wrote(tmp_path):
         assert str(recorded) == value or float(recorded) == float(value), (flag, recorded)
     assert report["options"]["require_check"] is True
 
-    summary = {m: json.loads((out / m / "summary.json").read_text()) for m in ("asaga", "saga")}
+    # ASAGA and SAGA, then the default --also: lbfgs, async-spark train's default method
+    methods = ("asaga", "saga", "lbfgs")
+    summary = {m: json.loads((out / m / "summary.json").read_text()) for m in methods}
+    assert [r["method"] for r in report["runs"]] == list(methods)
     points = {m: _points(out / m) for m in summary}
     fstar = json.loads((out / "reference.json").read_text())["objective"]
     assert f"F* = {fstar:.10g}" in md
@@ -128,33 +150,27 @@ def test_a_small_main_job_reports_what_its_runs_wrote(tmp_path):
         assert row["straggler base s"] == f"{s['straggler_base_seconds']:.3g}" == "0.1"
         assert 0.5 < acc <= 1.0
         guard = s["step_safeguard"]  # the steps note says what the safeguard did
-        assert (
-            f"{m} started at the automatic step {s['step']:.3g}, raised {guard['raised']} and "
-            f"lowered {guard['lowered']} times" in md
-        )
+        if m == "lbfgs":
+            assert guard is None
+            assert "lbfgs takes the unit quasi-Newton step, shortened by its line search" in md
+        else:
+            assert (
+                f"{m} started at the automatic step {s['step']:.3g}, raised {guard['raised']} "
+                f"and lowered {guard['lowered']} times" in md
+            )
         # The summary's objective is its last snapshot's.
         assert points[m][-1][1] == pytest.approx(s["final_objective"])
 
     # The comparison: the time ASAGA's snapshots first reach SAGA's final objective, against
-    # SAGA's own, from the traces.
-    target = summary["saga"]["final_objective"]
-    slow = _first_at_or_below(points["saga"], target)
-    fast = _first_at_or_below(points["asaga"], target)
-    assert slow is not None
-    if fast is None:
-        expected = f"ASAGA did not reach SAGA's final objective ({target:.6g}, reached in "
-    else:
-        assert fast > 0
-        ratio = slow / fast
-        how = f"{ratio:.1f}\u00d7 sooner" if ratio >= 1 else f"{1 / ratio:.1f}\u00d7 later"
-        expected = (
-            f"ASAGA reached SAGA's final objective ({target:.6g}) {how}: in {fast:.1f} s "
-            f"against {slow:.1f} s."
-        )
+    # SAGA's own, from the traces; then LBFGS's against ASAGA's, said after it, not in bold.
+    expected = _sentence("asaga", "saga", points, summary)
     assert f"**{expected}" in md and expected in proc.stdout, (expected, md)
+    further = _sentence("lbfgs", "asaga", points, summary)
+    assert f"\n{further}" in md and further in proc.stdout, (further, md)
+    assert "**LBFGS** the same way" in md and "when no `--method` is named" in md
 
     # The check: ASAGA within the tolerance of F*, and below SAGA where the shorter run ended.
-    common = min(s["wall_seconds"] for s in summary.values())
+    common = min(summary[m]["wall_seconds"] for m in ("asaga", "saga"))
     ahead = _last_at_or_before(points["asaga"], common) < _last_at_or_before(points["saga"], common)
     within = rel["asaga"] <= 1.0
     assert report["check"]["within_tolerance"] is within and report["check"]["holds"] is True
@@ -213,3 +229,24 @@ def test_secrets_given_with_conf_are_redacted_in_the_report():
     )
     assert _redacted("spark.hadoop.fs.s3a.access.key=AKIA").endswith("(redacted)")
     assert _redacted("spark.ui.enabled=false") == "spark.ui.enabled=false"
+
+
+def test_also_runs_methods_of_the_table_other_than_the_two():
+    assert main_job.also_methods("lbfgs") == ("lbfgs",)
+    assert main_job.also_methods(" ag, lbfgs ,") == ("ag", "lbfgs")
+    assert main_job.also_methods("") == ()
+    for bad, why in (
+        ("lbgfs", "unknown method 'lbgfs'"),
+        ("saga", "saga is one of the two compared"),
+        ("ag,ag", "names a method twice"),
+    ):
+        with pytest.raises(ValueError, match=why):
+            main_job.also_methods(bad)
+
+
+def test_a_bad_also_is_refused_before_anything_is_written(tmp_path, capsys):
+    out = tmp_path / "main"
+    assert main_job.main(["--out", str(out), "--also", "newton"], prog="jobs/main.py") == 2
+    err = capsys.readouterr().err
+    assert "--also: unknown method 'newton'" in err and "lbfgs" in err
+    assert not out.exists()

@@ -9,7 +9,10 @@
    neither method's clock pays for data generation;
 2. **training**: ASAGA, then SAGA, on the same session and blocks, each for ``--time-budget``
    seconds of training, under ASYNC's ``cloud`` straggler model (25% of the blocks sleep 1.5-10x
-   ``--straggler-base``); each writes ``OUT/METHOD/{summary.json,trace.jsonl,model.npz}``;
+   ``--straggler-base``); then, for reference, each method of ``--also`` the same way (default
+   ``lbfgs``, the method ``async-spark train`` chooses when none is named, so that the report
+   shows what a user's default run does on the same data and stragglers); each writes
+   ``OUT/METHOD/{summary.json,trace.jsonl,model.npz}``;
 3. **off the clock**: a reference optimum F* of the same objective (scipy L-BFGS-B over every
    training row on the driver, cached in ``OUT/reference.json``), the held-out accuracy of each
    saved model, and ``OUT/report.md`` with the figure ``OUT/objective.png`` and the comparison
@@ -58,13 +61,15 @@ CHUNK = 4096  # async_spark.data.builtin.SYNTHETIC_CHUNK_ROWS
 #: The two methods the main job races (not the method table, solvers.methods.METHODS): the
 #: asynchronous one first, compared against the other.
 COMPARED = ("asaga", "saga")
+#: What ``--also`` runs by default: the method of ``async-spark train`` without ``--method``.
+ALSO = "lbfgs"
 
 
 def build_parser(prog: str = "main.py") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=prog,
         description="The main job: ASAGA beside SAGA under cloud stragglers on builtin:synthetic,"
-        " with a report (report.md, objective.png) in --out.",
+        " L-BFGS (--also) for reference, with a report (report.md, objective.png) in --out.",
         formatter_class=HelpFormatter,
     )
     p.add_argument("--out", default="runs/main", help="output folder")
@@ -88,6 +93,14 @@ def build_parser(prog: str = "main.py") -> argparse.ArgumentParser:
     p.add_argument("--partitions", type=parse_int, default=8, help="P: number of blocks")
     p.add_argument(
         "--time-budget", type=parse_float, default=20.0, help="training seconds per method"
+    )
+    p.add_argument(
+        "--also",
+        default=ALSO,
+        metavar="METHOD[,METHOD...]",
+        help="further methods run the same way after the two, for reference, each compared with "
+        "ASAGA in the report (default: lbfgs, what async-spark train runs when no --method is "
+        "named); '' for none",
     )
     p.add_argument("--l2", type=parse_float, default=1e-4, help="L2 penalty (l2/2)*||w||^2")
     p.add_argument(
@@ -122,7 +135,24 @@ def build_parser(prog: str = "main.py") -> argparse.ArgumentParser:
     return p
 
 
+def also_methods(text: str) -> tuple[str, ...]:
+    """The methods of ``--also``, in order: names of the method table, not the two compared,
+    none twice ('' is none)."""
+    from async_spark.solvers.methods import METHODS
+
+    names = tuple(x.strip() for x in text.split(",") if x.strip())
+    for name in names:
+        if name not in METHODS:
+            raise ValueError(f"--also: unknown method {name!r}; choose from {', '.join(METHODS)}")
+        if name in COMPARED:
+            raise ValueError(f"--also: {name} is one of the two compared methods already")
+    if len(set(names)) != len(names):
+        raise ValueError(f"--also names a method twice: {text!r}")
+    return names
+
+
 def _check(args: argparse.Namespace) -> None:
+    also_methods(args.also)
     if args.rows < CHUNK or args.rows % CHUNK:
         raise ValueError(f"--rows must be a positive multiple of {CHUNK}, got {args.rows}")
     if args.holdout < CHUNK or args.holdout % CHUNK or args.rows % args.holdout:
@@ -217,8 +247,28 @@ def task_times(result: Any) -> dict[str, Any]:
     }
 
 
+def _also_sentence(also: tuple[str, ...], budget: float) -> str:
+    """The intro's words on the ``--also`` runs ('' when there are none)."""
+    if not also:
+        return ""
+    names = ", ".join(f"**{m.upper()}**" for m in also)
+    default = (
+        f" ({ALSO.upper()} is what `async-spark train` runs when no `--method` is named)"
+        if ALSO in also
+        else ""
+    )
+    return (
+        f" Then, for reference, {names} the same way, for at most {budget:g} s each"
+        f"{default}: each is compared with ASAGA below."
+    )
+
+
 def _steps(method: str, result: Any) -> str:
     """How a run's automatic step went (the step safeguard's search up and lowerings)."""
+    from async_spark.solvers.methods import METHODS, LBFGSFamily
+
+    if isinstance(METHODS[method].family, LBFGSFamily):
+        return f"{method} takes the unit quasi-Newton step, shortened by its line search"
     guard = result.step_safeguard or {}
     text = f"{method} started at the automatic step {result.step:.3g}"
     if not guard:
@@ -245,7 +295,8 @@ def run_main_job(args: argparse.Namespace) -> dict[str, Any]:
     say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr, flush=True))
 
     t = time.perf_counter()
-    configs = [_config(args, m) for m in COMPARED]
+    methods = COMPARED + also_methods(args.also)
+    configs = [_config(args, m) for m in methods]
     dataset = configs[0].open_data()
     source, desc = dataset
     setup["data generation and scan (driver)"] = time.perf_counter() - t
@@ -283,7 +334,7 @@ def run_main_job(args: argparse.Namespace) -> dict[str, Any]:
             time.perf_counter() - t
         )
         say(
-            f"setup: {sum(setup.values()):.1f} s; training {', '.join(COMPARED)} "
+            f"setup: {sum(setup.values()):.1f} s; training {', '.join(methods)} "
             f"for {args.time_budget:g} s each"
         )
 
@@ -314,7 +365,7 @@ def run_main_job(args: argparse.Namespace) -> dict[str, Any]:
             "held_out": accuracy(out / m / "model.npz", Xh, yh),
             "train": accuracy(out / m / "model.npz", train_block.X, train_block.y),
         }
-        for m in COMPARED
+        for m in methods
     }
     after["accuracy"] = time.perf_counter() - t
 
@@ -329,7 +380,7 @@ def run_main_job(args: argparse.Namespace) -> dict[str, Any]:
         f"update per round of {desc.num_blocks} results), each for {args.time_budget:g} s of "
         f"training on the same Spark session (`{results[COMPARED[0]].engine_snapshot.get('policy')}`"
         f" / `sync` policies), under ASYNC's `{args.stragglers}` straggler model with delays in "
-        f"multiples of {base:g} s.",
+        f"multiples of {base:g} s." + _also_sentence(methods[len(COMPARED) :], args.time_budget),
     ]
     notes = [
         f"**Held-out rows**: the {args.holdout} rows after the training rows in "
@@ -356,7 +407,7 @@ def run_main_job(args: argparse.Namespace) -> dict[str, Any]:
     ]
     report = write_report(
         out,
-        [out / m for m in COMPARED],
+        [out / m for m in methods],
         title="ASAGA beside SAGA under stragglers",
         intro=intro,
         optimum=ref,
@@ -413,6 +464,8 @@ def main(argv: list[str] | None = None, prog: str = "main.py") -> int:
         )
     if comparison:
         print(comparison["sentence"])
+    for further in report.get("further_comparisons") or []:
+        print(further["sentence"])
     if check:
         print(
             f"check: within {check['tolerance']:g} of F*: {check['within_tolerance']}; "

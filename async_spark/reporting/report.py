@@ -157,8 +157,9 @@ def write_report(
     out_dir : path
         Where the three files go (the run directories are usually inside it).
     run_dirs : paths
-        Runs written by ``train --out``; with two, the first is compared against the second
-        (:func:`compare`): list the asynchronous run first.
+        Runs written by ``train --out``; with two or more, the first is compared against the
+        second (:func:`compare`; list the asynchronous run first), which the check is about,
+        and each further run (e.g. another method, for reference) against the first.
     title, intro
         The heading and the paragraphs under it (the data, the model, the setting).
     optimum : mapping, optional
@@ -221,7 +222,8 @@ def write_report(
                 "stopped_by": s.get("stopped_by"),
             }
         )
-    comparison = compare(runs[0], runs[1]) if len(runs) == 2 else None
+    comparison = compare(runs[0], runs[1]) if len(runs) >= 2 else None
+    further = [compare(run, runs[0]) for run in runs[2:]]
     check = None
     if comparison is not None and fstar is not None:
         first = rows[0]
@@ -237,6 +239,7 @@ def write_report(
     lines = [f"# {title}", "", *_paragraphs(intro)]
     if comparison is not None:
         lines += [f"**{comparison.sentence}**", ""]
+    lines += [c.sentence for c in further] + ([""] if further else [])
     lines += [f"![objective vs time]({png.name})", ""]
     lines += _table(rows, fstar is not None, tolerance)
     if check is not None and comparison is not None:
@@ -283,6 +286,7 @@ def write_report(
         "title": title,
         "runs": rows,
         "comparison": None if comparison is None else comparison.as_dict(),
+        "further_comparisons": [c.as_dict() for c in further],
         "check": check,
         "reference_optimum": None if optimum is None else dict(optimum),
         "setup_seconds": dict(setup or {}),

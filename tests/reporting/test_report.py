@@ -150,6 +150,25 @@ def test_a_claim_that_fails_is_reported_as_failing(tmp_path):
     assert "did not reach SAGA's final objective" in md
 
 
+def test_a_further_run_is_compared_with_the_first_and_the_check_stays_on_the_two(tmp_path):
+    pytest.importorskip("matplotlib")
+    fast = _write(tmp_path / "asaga", _run("asaga", FAST))
+    slow = _write(tmp_path / "saga", _run("saga", SLOW))
+    ref = [(0.0, 0.69), (1.0, 0.40), (2.0, 0.3531)]  # reaches ASAGA's 0.354 at 2 s of its 10
+    other = _write(tmp_path / "lbfgs", _run("lbfgs", ref))
+    report = write_report(tmp_path, [fast, slow, other], title="T", optimum={"objective": 0.353})
+    md = (tmp_path / "report.md").read_text()
+    assert [r["method"] for r in report["runs"]] == ["asaga", "saga", "lbfgs"]
+    assert report["comparison"]["fast"] == "ASAGA" and report["comparison"]["slow"] == "SAGA"
+    (further,) = report["further_comparisons"]
+    assert (further["fast"], further["slow"], further["speedup"]) == ("LBFGS", "ASAGA", 5.0)
+    sentence = "LBFGS reached ASAGA's final objective (0.354) 5.0\u00d7 sooner: in 2.0 s"
+    assert f"\n{sentence}" in md and f"**{sentence}" not in md
+    assert md.index("**ASAGA reached SAGA") < md.index(sentence) < md.index("![objective")
+    assert report["check"]["holds"] is True  # about ASAGA and SAGA only
+    assert "| lbfgs |" in md
+
+
 def test_held_out_rows_are_the_next_rows_of_the_same_stream():
     import argparse
 
