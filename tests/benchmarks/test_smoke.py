@@ -1,5 +1,12 @@
-"""Every benchmark's ``--smoke`` mode, each in its own process: it must exit 0 and print its
-RESULT lines, in order, each with a finite number (smoke sizes: the numbers are not figures).
+"""Every benchmark's ``--smoke`` mode: it must exit 0 and print its RESULT lines, in order, each
+with a finite number (smoke sizes: the numbers are not figures).
+
+The scripts that use Spark run one after the other in one process (``smoke_runner.py``), so that
+they share one JVM: each process's first Spark session starts the JVM, about 8 s of every such
+script's smoke run on 2 cores, where a later session in the same process takes under 1 s. Each
+still runs as its command line would (``sys.argv``, its own working directory, its ``main``),
+and a session it leaves running is stopped before the next. The others run each in its own
+process, as a user runs them.
 
 ``plot_scale.py`` (no RESULT: it
 draws ``scale.py --json`` output) runs on the scale smoke's JSON. ``compiled_driver.py`` has no
@@ -72,6 +79,8 @@ SMOKES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "gpu_check.py": (("gpu_check_failed_sections",), ("torch", "cuda")),
 }
 TIMEOUT = 300  # seconds per script; each takes seconds to tens of seconds on an idle 2-core box
+#: The scripts run in one process by smoke_runner.py: those that start a Spark session.
+SHARED = sorted(s for s, (_, needs) in SMOKES.items() if "spark" in needs)
 
 RESULT = re.compile(r"^RESULT (\S+) (\S+)$", re.M)
 
@@ -131,22 +140,65 @@ def test_every_benchmark_has_a_smoke_run():
         assert "--smoke" in (BENCH / name).read_text(), name
 
 
+@pytest.fixture(scope="module")
+def shared_runs(tmp_path_factory) -> tuple[Path, str]:
+    """The SHARED scripts' smoke runs, in one process: (their output folder, its stderr tail)."""
+    out = tmp_path_factory.mktemp("smoke")
+    scripts = [s for s in SHARED if _missing(SMOKES[s][1]) is None]
+    env = dict(
+        os.environ,
+        SPARK_LOCAL_IP="127.0.0.1",
+        PYSPARK_PYTHON=sys.executable,
+        PYTHONUNBUFFERED="1",
+        MPLBACKEND="Agg",
+    )
+    runner = Path(__file__).with_name("smoke_runner.py")
+    try:
+        proc = subprocess.run(
+            [sys.executable, str(runner), str(out), *scripts],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT * len(scripts),
+            env=env,
+        )
+        return out, f"runner exit {proc.returncode}:\n{proc.stderr[-3000:]}"
+    except subprocess.TimeoutExpired as exc:
+        err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else ""
+        return out, f"runner timed out:\n{err[-3000:]}"
+
+
+def _shared_run(script: str, shared_runs: tuple[Path, str]) -> tuple[int, str, str]:
+    out, runner = shared_runs
+    name = script.removesuffix(".py")
+    status = out / f"{name}.json"
+    if not status.exists():
+        running = out / "running"
+        at = running.read_text() if running.exists() else "?"
+        pytest.fail(f"{script} did not finish in the shared run (running: {at}); {runner}")
+    stderr = (out / f"{name}.err").read_text() + f"\n--- runner ---\n{runner}"
+    return json.loads(status.read_text())["rc"], (out / f"{name}.out").read_text(), stderr
+
+
 @pytest.mark.parametrize("script", sorted(SMOKES), ids=lambda s: s.removesuffix(".py"))
-def test_smoke_prints_finite_results(script, tmp_path):
+def test_smoke_prints_finite_results(script, tmp_path, request):
     names, needs = SMOKES[script]
     why = _missing(needs)
     if why:
         pytest.skip(why)
-    extra = ["--json", str(tmp_path / "scale.json")] if script == "scale.py" else []
-    proc = _run(script, "--smoke", *extra, cwd=tmp_path)
-    tail = f"\n--- stdout ---\n{proc.stdout[-3000:]}\n--- stderr ---\n{proc.stderr[-3000:]}"
-    assert proc.returncode == 0, tail
-    results = _results(proc.stdout)
+    if script in SHARED:
+        rc, stdout, stderr = _shared_run(script, request.getfixturevalue("shared_runs"))
+    else:
+        extra = ["--json", str(tmp_path / "scale.json")] if script == "scale.py" else []
+        proc = _run(script, "--smoke", *extra, cwd=tmp_path)
+        rc, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
+    tail = f"\n--- stdout ---\n{stdout[-3000:]}\n--- stderr ---\n{stderr[-3000:]}"
+    assert rc == 0, tail
+    results = _results(stdout)
     assert [n for n, _ in results] == list(names), tail
     assert all(math.isfinite(v) for _, v in results), (results, tail)
     if script == "conditioning.py":  # and scikit-learn's SAGA timed on both coordinates
-        assert "scikit-learn's SAGA in one process" in proc.stdout, tail
-        saga_rows = proc.stdout.split("SAGA in one process")[1].splitlines()
+        assert "scikit-learn's SAGA in one process" in stdout, tail
+        saga_rows = stdout.split("SAGA in one process")[1].splitlines()
         assert any(r.split()[:2] == ["sparse-2e3", "std"] for r in saga_rows), tail
     if script == "scale.py":  # and the plot drawn from its JSON
         assert json.loads((tmp_path / "scale.json").read_text())
