@@ -22,8 +22,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # Small and short: 2 blocks of 4096 rows x 100 features, 6 s of training per method, on local[2]
 # (about 45-65 s on 2 busy cores, most of it the Spark session and the Python workers' start).
 # Not 3 s: with one of two blocks a straggler, ASAGA's objective rises for 2-4 s after its first
-# 0.3 s while the slow block's SAGA table fills (docs/steps.md, "A straggler with a large share of
-# the rows"), and a run cut inside that rise ended above SAGA (CI, 0.451 against 0.426).
+# 0.3 s while the slow block's SAGA table holds stale gradients (docs/steps.md, "A straggler with
+# a large share of the rows"), and a run cut inside that rise ended above SAGA (CI, 0.451 against
+# 0.426).
 SMALL = {
     "--master": "local[2]",
     "--partitions": "2",
