@@ -305,7 +305,8 @@ class AsyncLogisticRegression(
     DefaultParamsWritable,
     DefaultParamsReadable,
 ):
-    """Logistic regression fitted by asynchronous SGD/SAGA/momentum on the ASYNC engine.
+    """Logistic regression fitted on the ASYNC engine: by L-BFGS by default (``method="auto"``), or
+    by asynchronous SGD/SAGA/momentum (``method``; ``docs/steps.md``, "The default method").
 
     Parameters: see :class:`~async_spark.ml._params._AsyncLinearParams` (``method``,
     ``stepSize``, ``regParam``, ``elasticNetParam``, ``maxUpdates``, ``timeBudget``, ``tol``,
@@ -336,13 +337,13 @@ class AsyncLogisticRegression(
         family: str = "auto",
         threshold: float = 0.5,
         thresholds: list[float] | None = None,
-        method: str = "asaga",
+        method: str = "auto",
         stepSize: float | str = 0.0,
         momentum: float = 0.0,
         stepSafeguard: bool = True,
         momentumRestart: bool = True,
         blockWeights: bool = True,
-        momentumDamping: float = 0.0,
+        momentumDamping: float | None = None,
         regParam: float = 0.0,
         elasticNetParam: float = 0.0,
         standardization: bool = True,
@@ -376,13 +377,13 @@ class AsyncLogisticRegression(
         family: str = "auto",
         threshold: float = 0.5,
         thresholds: list[float] | None = None,
-        method: str = "asaga",
+        method: str = "auto",
         stepSize: float | str = 0.0,
         momentum: float = 0.0,
         stepSafeguard: bool = True,
         momentumRestart: bool = True,
         blockWeights: bool = True,
-        momentumDamping: float = 0.0,
+        momentumDamping: float | None = None,
         regParam: float = 0.0,
         elasticNetParam: float = 0.0,
         standardization: bool = True,

@@ -106,7 +106,8 @@ class AsyncLinearRegressionModel(PredictionModel, _AsyncLinearParams, MLWritable
 class AsyncLinearRegression(
     Predictor, _AsyncLinearParams, _HasSetters, DefaultParamsWritable, DefaultParamsReadable
 ):
-    """Linear least squares fitted by asynchronous SGD/SAGA/momentum on the ASYNC engine.
+    """Linear least squares fitted on the ASYNC engine: by L-BFGS by default (``method="auto"``), or
+    by asynchronous SGD/SAGA/momentum (``method``; ``docs/steps.md``, "The default method").
 
     Parameters: see :class:`~async_spark.ml._params._AsyncLinearParams`. Keyword arguments only.
     """
@@ -120,13 +121,13 @@ class AsyncLinearRegression(
         featuresCol: str = "features",
         labelCol: str = "label",
         predictionCol: str = "prediction",
-        method: str = "asaga",
+        method: str = "auto",
         stepSize: float | str = 0.0,
         momentum: float = 0.0,
         stepSafeguard: bool = True,
         momentumRestart: bool = True,
         blockWeights: bool = True,
-        momentumDamping: float = 0.0,
+        momentumDamping: float | None = None,
         regParam: float = 0.0,
         elasticNetParam: float = 0.0,
         standardization: bool = True,
@@ -155,13 +156,13 @@ class AsyncLinearRegression(
         featuresCol: str = "features",
         labelCol: str = "label",
         predictionCol: str = "prediction",
-        method: str = "asaga",
+        method: str = "auto",
         stepSize: float | str = 0.0,
         momentum: float = 0.0,
         stepSafeguard: bool = True,
         momentumRestart: bool = True,
         blockWeights: bool = True,
-        momentumDamping: float = 0.0,
+        momentumDamping: float | None = None,
         regParam: float = 0.0,
         elasticNetParam: float = 0.0,
         standardization: bool = True,

@@ -52,6 +52,28 @@ def test_shared_mixins_where_the_meaning_is_the_same(cls):
     assert inst.getStandardization() is True
 
 
+@pytest.mark.parametrize("cls", [AsyncLogisticRegression, AsyncLinearRegression])
+def test_the_signatures_say_the_params_defaults(cls):
+    """``help(AsyncLogisticRegression)`` shows the keyword defaults of ``__init__`` and
+    ``setParams``: each must be the Param's own default (None where it has none), and every
+    keyword a Param."""
+    import inspect
+
+    inst = cls()
+    for fn in (cls.__init__, cls.setParams):
+        keywords = {
+            name: p.default
+            for name, p in inspect.signature(fn).parameters.items()
+            if p.kind is inspect.Parameter.KEYWORD_ONLY
+        }
+        assert keywords, fn
+        for name, shown in keywords.items():
+            assert inst.hasParam(name), (fn.__name__, name)
+            default = inst.getOrDefault(name) if inst.hasDefault(name) else None
+            assert shown == default and type(shown) is type(default), (fn.__name__, name, shown)
+    assert inst.getMethod() == "auto"
+
+
 def _config_error(**fields):
     with pytest.raises(ConfigError) as info:
         TrainConfig(**fields).validate()
