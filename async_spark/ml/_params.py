@@ -55,7 +55,7 @@ from async_spark.solvers.validation import (
     quote,
 )
 
-__all__ = ["PARAM_NAMES", "ParamValueError", "_AsyncLinearParams"]
+__all__ = ["ALIASES", "PARAM_NAMES", "ParamValueError", "_AsyncLinearParams"]
 
 T = TypeVar("T")
 
@@ -76,6 +76,12 @@ PARAM_NAMES = {
     "momentum_restart": "momentumRestart",
     "block_weights": "blockWeights",
 }
+
+
+#: pyspark.ml's names of Params that exist here under another name (their role is the same; the
+#: Param's doc says where the meaning differs): accepted as keywords of ``__init__`` and
+#: ``setParams``, and as attributes, getters and setters of the Param itself.
+ALIASES = {"maxIter": "maxUpdates"}
 
 
 def _param_name(field: str) -> str:
@@ -201,8 +207,9 @@ class _AsyncLinearParams(
     ``LogisticRegression`` redefines ``threshold``. Not adopted, their meaning differs:
     ``HasStepSize`` (here 0.0 means auto and ``"auto"`` is accepted), ``HasSeed`` (any integer,
     default a hash of the class name that its ``__init__`` sets through the converter; here an
-    integer >= 0, default 0), ``HasMaxIter`` (``maxUpdates`` counts stochastic updates, not
-    iterations). ``tol`` is ``HasTol``'s Param, redefined with a range check: the gradient test
+    integer >= 0, default 0), ``HasMaxIter`` (``maxUpdates`` counts updates, and an update is
+    not always an iteration). ``maxIter`` is accepted as pyspark.ml's name for ``maxUpdates`` (an
+    alias, not a second Param: :attr:`maxIter`). ``tol`` is ``HasTol``'s Param, redefined with a range check: the gradient test
     of pyspark.ml's L-BFGS at every snapshot (``evalEvery``), default 1e-6 as pyspark.ml's.
     """
 
@@ -441,6 +448,18 @@ class _AsyncLinearParams(
     def getMaxUpdates(self) -> int:
         return self.getOrDefault(self.maxUpdates)
 
+    @property
+    def maxIter(self) -> Param[int]:
+        """pyspark.ml's name for :attr:`maxUpdates`: the same Param (so ``addGrid(lr.maxIter,
+        ...)``, ``getOrDefault("maxIter")`` and ``maxIter=`` keywords act on ``maxUpdates``, and
+        ``params`` lists it once). With the default L-BFGS an update is one round of the line
+        search, nearly always one iteration (pyspark.ml's); with the stochastic methods it is one
+        (possibly stale) stochastic step."""
+        return self.maxUpdates
+
+    def getMaxIter(self) -> int:
+        return self.getMaxUpdates()
+
     def getTimeBudget(self) -> float:
         return self.getOrDefault(self.timeBudget)
 
@@ -530,6 +549,31 @@ class _AsyncLinearParams(
 class _HasSetters(Params):
     """``setX`` for every Param of :class:`_AsyncLinearParams` (Estimators only)."""
 
+    def _set_keywords(self, kwargs: dict[str, Any]) -> Any:
+        """Set the keywords of ``__init__``/``setParams``, pyspark.ml's names (:data:`ALIASES`)
+        included: an alias given as None is not given; an alias and its Param given together
+        must agree (after conversion), else the keywords would race in dict order."""
+        kwargs = dict(kwargs)
+        for alias, name in ALIASES.items():
+            if alias not in kwargs:
+                continue
+            value = kwargs.pop(alias)
+            if value is None:
+                continue
+            param = self.getParam(name)
+            try:
+                value = param.typeConverter(value)
+            except (ParamValueError, TypeError) as exc:
+                raise type(exc)(f"{alias} (pyspark.ml's name for {name}): {exc}") from None
+            given = kwargs.get(name)
+            if given is not None and param.typeConverter(given) != value:
+                raise ParamValueError(
+                    f"{alias}={value!r} and {name}={given!r} set the same Param ({alias} is "
+                    f"pyspark.ml's name for {name}): give one of them"
+                )
+            kwargs[name] = value
+        return self._set(**kwargs)
+
     def setMethod(self, value: str) -> Any:
         return self._set(method=value)
 
@@ -561,6 +605,10 @@ class _HasSetters(Params):
         return self._set(standardization=value)
 
     def setMaxUpdates(self, value: int) -> Any:
+        return self._set(maxUpdates=value)
+
+    def setMaxIter(self, value: int) -> Any:
+        """pyspark.ml's name for :meth:`setMaxUpdates`."""
         return self._set(maxUpdates=value)
 
     def setTimeBudget(self, value: float) -> Any:

@@ -309,9 +309,9 @@ class AsyncLogisticRegression(
     by asynchronous SGD/SAGA/momentum (``method``; ``docs/steps.md``, "The default method").
 
     Parameters: see :class:`~async_spark.ml._params._AsyncLinearParams` (``method``,
-    ``stepSize``, ``regParam``, ``elasticNetParam``, ``maxUpdates``, ``timeBudget``, ``tol``,
-    ``beta``, ``tau``, ``stragglers``, ...) plus ``family`` and ``threshold``. Keyword arguments
-    only. A fit ends at ``maxUpdates``, ``timeBudget`` or once a snapshot passes the convergence
+    ``stepSize``, ``regParam``, ``elasticNetParam``, ``maxUpdates`` (or pyspark.ml's name,
+    ``maxIter``), ``timeBudget``, ``tol``, ``beta``, ``tau``, ``stragglers``, ...) plus ``family``
+    and ``threshold``. Keyword arguments only. A fit ends at ``maxUpdates``, ``timeBudget`` or once a snapshot passes the convergence
     test ``tol`` (pyspark.ml's default, 1e-6), whichever comes first: ``summary.stoppedBy``.
 
     Examples
@@ -348,6 +348,7 @@ class AsyncLogisticRegression(
         elasticNetParam: float = 0.0,
         standardization: bool = True,
         maxUpdates: int = 1000,
+        maxIter: int | None = None,
         timeBudget: float = 0.0,
         tol: float = 1e-6,
         batchFraction: float = 0.0,
@@ -363,7 +364,7 @@ class AsyncLogisticRegression(
         mlflowTracking: bool = False,
     ) -> None:
         super().__init__()
-        self._set(**self._input_kwargs)
+        self._set_keywords(self._input_kwargs)
 
     @keyword_only
     def setParams(
@@ -388,6 +389,7 @@ class AsyncLogisticRegression(
         elasticNetParam: float = 0.0,
         standardization: bool = True,
         maxUpdates: int = 1000,
+        maxIter: int | None = None,
         timeBudget: float = 0.0,
         tol: float = 1e-6,
         batchFraction: float = 0.0,
@@ -403,7 +405,7 @@ class AsyncLogisticRegression(
         mlflowTracking: bool = False,
     ) -> AsyncLogisticRegression:
         """Set the given Params (keyword arguments only)."""
-        return self._set(**self._input_kwargs)
+        return self._set_keywords(self._input_kwargs)
 
     def setFamily(self, value: str) -> AsyncLogisticRegression:
         return self._set(family=value)

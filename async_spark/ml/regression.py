@@ -109,7 +109,8 @@ class AsyncLinearRegression(
     """Linear least squares fitted on the ASYNC engine: by L-BFGS by default (``method="auto"``), or
     by asynchronous SGD/SAGA/momentum (``method``; ``docs/steps.md``, "The default method").
 
-    Parameters: see :class:`~async_spark.ml._params._AsyncLinearParams`. Keyword arguments only.
+    Parameters: see :class:`~async_spark.ml._params._AsyncLinearParams` (``maxIter``, pyspark.ml's
+    name, sets ``maxUpdates``). Keyword arguments only.
     """
 
     _input_kwargs: dict[str, Any]
@@ -132,6 +133,7 @@ class AsyncLinearRegression(
         elasticNetParam: float = 0.0,
         standardization: bool = True,
         maxUpdates: int = 1000,
+        maxIter: int | None = None,
         timeBudget: float = 0.0,
         tol: float = 1e-6,
         batchFraction: float = 0.0,
@@ -147,7 +149,7 @@ class AsyncLinearRegression(
         mlflowTracking: bool = False,
     ) -> None:
         super().__init__()
-        self._set(**self._input_kwargs)
+        self._set_keywords(self._input_kwargs)
 
     @keyword_only
     def setParams(
@@ -167,6 +169,7 @@ class AsyncLinearRegression(
         elasticNetParam: float = 0.0,
         standardization: bool = True,
         maxUpdates: int = 1000,
+        maxIter: int | None = None,
         timeBudget: float = 0.0,
         tol: float = 1e-6,
         batchFraction: float = 0.0,
@@ -182,7 +185,7 @@ class AsyncLinearRegression(
         mlflowTracking: bool = False,
     ) -> AsyncLinearRegression:
         """Set the given Params (keyword arguments only)."""
-        return self._set(**self._input_kwargs)
+        return self._set_keywords(self._input_kwargs)
 
     def fitMultiple(self, dataset: Any, paramMaps: Any) -> Any:
         """As pyspark.ml's, and the fits' MLflow runs nest under the caller's active run."""

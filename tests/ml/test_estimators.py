@@ -213,7 +213,7 @@ def test_pipeline_save_load_roundtrip(pipeline_model, cancer, tmp_path):
 
 def test_cross_validator_and_train_validation_split(assembled, tmp_path):
     train, _ = assembled
-    lr = AsyncLogisticRegression(maxUpdates=10, **FAST)
+    lr = AsyncLogisticRegression(maxIter=10, **FAST)  # pyspark.ml's name, as users write it
     grid = ParamGridBuilder().addGrid(lr.regParam, [0.01, 0.1]).build()
     cv = CrossValidator(
         estimator=lr,
@@ -227,6 +227,7 @@ def test_cross_validator_and_train_validation_split(assembled, tmp_path):
     best = cvm.bestModel
     assert isinstance(best, AsyncLogisticRegressionModel)
     assert best.getRegParam() in (0.01, 0.1)
+    assert best.getMaxUpdates() == 10 and 0 < best.summary.totalUpdates <= 10
     assert lr.getRegParam() == 0.0  # copy semantics: the estimator is untouched
     cvm.write().save(str(tmp_path / "cv"))
     from pyspark.ml.tuning import CrossValidatorModel

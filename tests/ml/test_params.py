@@ -23,7 +23,7 @@ from async_spark.ml import (
     ParamValueError,
 )
 from async_spark.ml._fit import _train_config
-from async_spark.ml._params import _param_name
+from async_spark.ml._params import ALIASES, _param_name
 from async_spark.solvers.config import ConfigError, TrainConfig
 
 CLASSES = [
@@ -69,9 +69,46 @@ def test_the_signatures_say_the_params_defaults(cls):
         assert keywords, fn
         for name, shown in keywords.items():
             assert inst.hasParam(name), (fn.__name__, name)
+            if name in ALIASES:  # "not given": the Param it names keeps its own default
+                assert shown is None and inst.getParam(name) is inst.getParam(ALIASES[name])
+                continue
             default = inst.getOrDefault(name) if inst.hasDefault(name) else None
             assert shown == default and type(shown) is type(default), (fn.__name__, name, shown)
     assert inst.getMethod() == "auto"
+
+
+@pytest.mark.parametrize("cls", [AsyncLogisticRegression, AsyncLinearRegression])
+def test_max_iter_is_pyspark_mls_name_for_max_updates(cls):
+    """pyspark.ml code that says ``maxIter`` runs unchanged: keyword, setter, getter, the Param
+    in a grid; one Param underneath (listed once, saved once), and no silent choice between
+    two disagreeing keywords."""
+    from pyspark.ml.tuning import ParamGridBuilder
+
+    est = cls(maxIter=50)
+    assert (est.getMaxUpdates(), est.getMaxIter(), est.isSet("maxUpdates")) == (50, 50, True)
+    assert est.maxIter is est.maxUpdates and est.getParam("maxIter") is est.maxUpdates
+    assert [p.name for p in est.params].count("maxUpdates") == 1
+    assert "maxIter" not in [p.name for p in est.params]
+    assert est.setParams(maxIter=7).getMaxUpdates() == 7
+    assert est.setMaxIter(9).getMaxUpdates() == 9
+    grid = ParamGridBuilder().addGrid(est.maxIter, [3, 4]).build()
+    assert [est.copy(m).getMaxUpdates() for m in grid] == [3, 4]
+    assert cls(maxIter=5, maxUpdates=5).getMaxUpdates() == 5
+    assert cls(maxIter=None).getMaxUpdates() == 1000 and not cls(maxIter=None).isSet("maxUpdates")
+    with pytest.raises(ParamValueError, match="maxIter=5 and maxUpdates=6 set the same Param"):
+        cls(maxIter=5, maxUpdates=6)
+    with pytest.raises(
+        ParamValueError, match=r"maxIter \(pyspark.ml's name for maxUpdates\).*>= 1"
+    ):
+        cls().setParams(maxIter=0)
+    with pytest.raises(TypeError, match="maxIter"):
+        cls(maxIter=2.5)
+    model_cls = (
+        AsyncLogisticRegressionModel
+        if cls is AsyncLogisticRegression
+        else (AsyncLinearRegressionModel)
+    )
+    assert model_cls().getMaxIter() == 1000
 
 
 def _config_error(**fields):
