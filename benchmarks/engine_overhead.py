@@ -12,10 +12,16 @@
    coordinates; transport cost only — the job transport does not publish deltas).
 4. The transports side by side, at d = 100 and d = 10^5: bare ``runJob`` (each job ships and
    returns a d-vector), the job transport (:class:`SparkTransport`, one broadcast per version) and
-   the resident transport (:class:`ResidentTransport`): results/s of a no-op task that returns a
+   the resident transport (:class:`ResidentTransport`; its workers here share the driver's
+   machine, so they connect over its local socket, and again with ``local_socket=False``, over
+   TCP as executors on other machines do): results/s of a no-op task that returns a
    d-vector, with a new (dense) model version published after every result, so every ticket carries
    the whole model; and the driver's CPU time per result (every thread of the driver process), next
    to the engine's own share measured with an in-process null transport.
+
+0. First, without Spark, what the kernel charges per round trip of a 1 KiB message with another
+   process over loopback TCP and over a Unix-domain socket (the resident transport's two ways to
+   reach a worker on the driver's machine).
 
 5. The resident transport from a **Spark Connect** session (a Connect server of the same master in
    a child process, this process its client, where the transport's server lives), at the same
@@ -36,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import statistics
 import sys
 import threading
@@ -74,6 +81,74 @@ def model_sum_task(block, model, args):
 def vector_task(block, model, args):
     """A no-op that returns a model-sized payload (as a gradient would be)."""
     return model
+
+
+def _echo(family: int, address, size: int) -> None:
+    """The far end of :func:`socket_round_trips`, in a process of its own."""
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.connect(address)
+        if family == socket.AF_INET:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        reply = b"r" * size
+        while sock.recv(1 << 16):
+            sock.sendall(reply)
+
+
+def socket_round_trips(family: int, count: int, size: int = 1024) -> tuple[float, float, float]:
+    """Round trips of a ``size``-byte message with a process on this machine over loopback TCP or
+    a Unix-domain socket: (round trips/s, user and system CPU microseconds of this side per round
+    trip). What the kernel charges the driver for a ticket out and a result in, without Spark."""
+    import multiprocessing
+    import resource
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as directory:
+        if family == socket.AF_INET:
+            server = socket.create_server(("127.0.0.1", 0))
+            address = server.getsockname()
+        else:
+            address = os.path.join(directory, "s")
+            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            server.bind(address)
+            server.listen()
+        child = multiprocessing.get_context("spawn").Process(
+            target=_echo, args=(family, address, size), daemon=True
+        )
+        child.start()
+        server.settimeout(60)
+        sock, _ = server.accept()
+        server.close()
+        if family == socket.AF_INET:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        message = b"m" * size
+        for _ in range(count // 10):  # warm-up
+            sock.sendall(message)
+            sock.recv(1 << 16)
+        r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+        for _ in range(count):
+            sock.sendall(message)
+            got = len(sock.recv(1 << 16))
+            while got < size:
+                got += len(sock.recv(1 << 16))
+        elapsed, r1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF)
+        sock.close()
+        child.join(10)
+    return (
+        count / elapsed,
+        (r1.ru_utime - r0.ru_utime) / count * 1e6,
+        (r1.ru_stime - r0.ru_stime) / count * 1e6,
+    )
+
+
+def _print_socket_round_trips(count: int, repeats: int) -> None:
+    print("socket round trips of 1 KiB with another process on this machine (no Spark):")
+    for family, label in ((socket.AF_INET, "loopback TCP"), (socket.AF_UNIX, "Unix-domain")):
+        runs = [socket_round_trips(family, count) for _ in range(repeats)]
+        rate, user, system = (statistics.median(r[i] for r in runs) for i in range(3))
+        print(
+            f"  {label:13s} {rate:9.0f} round trips/s; this side's CPU per round trip: user "
+            f"{user:.1f} us, system {system:.1f} us (medians of {repeats})"
+        )
 
 
 def bare_throughput(sc, threads: int, seconds: float, model=None) -> float:
@@ -187,8 +262,8 @@ def compare_transports(
     for dim in dims:
         rng = np.random.default_rng(dim)
         models = [rng.standard_normal(dim) for _ in range(8)]  # every version changes every entry
-        runs: dict[str, list[float]] = {k: [] for k in ("bare", "jobs", "resident")}
-        cpu: dict[str, list[float]] = {"jobs": [], "resident": [], "engine": []}
+        runs: dict[str, list[float]] = {k: [] for k in ("bare", "jobs", "resident", "tcp")}
+        cpu: dict[str, list[float]] = {"jobs": [], "resident": [], "tcp": [], "engine": []}
         for _ in range(repeats):
             runs["bare"].append(bare_throughput(sc, blocks, seconds, models[0]))
             rate, us = run_transport(lambda: SparkTransport(sc), blocks, seconds, models)
@@ -197,6 +272,11 @@ def compare_transports(
             rate, us = run_transport(lambda: ResidentTransport(spark), blocks, seconds, models)
             runs["resident"].append(rate)
             cpu["resident"].append(us)
+            # as on a cluster, where the executors are on other machines: TCP only
+            tcp = lambda: ResidentTransport(spark, local_socket=False)  # noqa: E731
+            rate, us = run_transport(tcp, blocks, seconds, models)
+            runs["tcp"].append(rate)
+            cpu["tcp"].append(us)
         _, us = run_transport(NullTransport, blocks, min(seconds, 2.0), models)
         cpu["engine"].append(us)
         out[dim] = {**runs, **{f"cpu_{k}": v for k, v in cpu.items()}}
@@ -218,12 +298,14 @@ def _print_transports(table: dict[int, dict[str, list[float]]], master: str, blo
             ("bare", "bare sc.runJob (model in and out)"),
             ("jobs", "job transport (broadcast)"),
             ("resident", "resident transport"),
+            ("tcp", "resident transport, TCP only"),
         ):
             runs = ", ".join(f"{x:.1f}" for x in t[name])
             print(f"    {label:36s} {med[name]:9.1f} results/s (runs: {runs})")
         print(
-            f"    driver CPU per result: resident {med['cpu_resident']:.0f} us, job transport "
-            f"{med['cpu_jobs']:.0f} us, engine alone (null transport) {med['cpu_engine']:.0f} us"
+            f"    driver CPU per result: resident {med['cpu_resident']:.0f} us (TCP only "
+            f"{med['cpu_tcp']:.0f} us), job transport {med['cpu_jobs']:.0f} us, engine alone "
+            f"(null transport) {med['cpu_engine']:.0f} us"
         )
         print(
             f"    resident / job transport {ratios[dim]:.1f}x (pairs: "
@@ -412,6 +494,8 @@ def main(argv: list[str] | None = None) -> float:
     if args.core_only:
         _print_core_scaling(5_000 if args.quick else 20_000)
         return float("nan")
+    if hasattr(socket, "AF_UNIX") and not args.profile_driver:
+        _print_socket_round_trips(2_000 if args.smoke else 20_000, 1 if args.smoke else 3)
     seconds = 1.0 if args.smoke else 2.0 if args.quick else 3.0
     repeats = args.repeats or (1 if args.smoke else 3)
     scale = 0.1 if args.smoke else 0.25 if args.quick else 1.0  # of the no-Spark loops

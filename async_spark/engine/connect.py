@@ -29,6 +29,7 @@ __all__ = [
     "ADVERTISE_CONF",
     "CONNECT_TIMEOUT_CONF",
     "HOST_CONF",
+    "LOCAL_SOCKET_CONF",
     "ConnectUnsupported",
     "LocalConnectServer",
     "client_address",
@@ -47,6 +48,8 @@ ADVERTISE_CONF = "spark.async_spark.resident.advertise"
 CONNECT_TIMEOUT_CONF = "spark.async_spark.resident.connectTimeout"
 #: The address the resident transport listens on (and the executors dial, unless advertised).
 HOST_CONF = "spark.async_spark.resident.host"
+#: Whether workers on the driver's machine connect over a Unix-domain socket (true/false).
+LOCAL_SOCKET_CONF = "spark.async_spark.resident.localSocket"
 
 
 class ConnectUnsupported(RuntimeError):

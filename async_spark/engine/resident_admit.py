@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .wire import Frame, FrameReader, WireError, server_handshake, set_nodelay
+from .wire import Frame, FrameReader, WireError, configure_socket, server_handshake
 
 log = logging.getLogger("async_spark.engine.resident")
 
@@ -27,7 +27,8 @@ Register = Callable[[socket.socket, str, str, dict[str, Any], FrameReader], Any]
 
 
 class Admission:
-    """Accepts on ``server`` (a listening socket with a timeout) until ``closing`` is set.
+    """Accepts on ``server`` (a listening socket with a timeout; others through
+    :meth:`accept_loop`) until ``closing`` is set.
 
     ``register`` turns a verified hello into a connection; ``early_frames(conn, frames)`` handles
     frames that arrived with the hello; ``spawn(target, name, *args)`` starts a thread the
@@ -56,15 +57,18 @@ class Admission:
         self._spawn = spawn
         self._handshakes = threading.BoundedSemaphore(max_handshakes)
 
-    def accept_loop(self) -> None:
+    def accept_loop(self, server: socket.socket | None = None) -> None:
+        """Accept on ``server`` (default: the one given at construction; the transport runs one
+        loop per listener, sharing the handshake limit)."""
+        server = self.server if server is None else server
         while not self._closing.is_set():
             try:
-                sock, addr = self.server.accept()
+                sock, addr = server.accept()
             except TimeoutError:
                 continue
             except OSError:
                 return  # closed
-            peer = f"{addr[0]}:{addr[1]}"
+            peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else "local socket"
             if not self._handshakes.acquire(blocking=False):
                 log.warning("resident transport: refused %s: too many handshakes at once", peer)
                 sock.close()
@@ -76,7 +80,7 @@ class Admission:
         reader = FrameReader(self.max_frame_bytes)
         try:
             try:
-                set_nodelay(sock)
+                configure_socket(sock)
                 server_handshake(sock, self._secret, timeout=self.handshake_timeout)
             except (WireError, OSError) as exc:
                 log.warning("resident transport: refused connection from %s: %s", peer, exc)

@@ -17,7 +17,7 @@ import socket
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -34,10 +34,10 @@ from .wire import (
     UnsupportedValue,
     WireError,
     client_handshake,
+    configure_socket,
     encode_frame,
     read_frame,
     send_frame,
-    set_nodelay,
 )
 
 log = logging.getLogger(__name__)
@@ -77,6 +77,9 @@ class WorkerConfig:
     #: which launch of the resident job the task belongs to: after a relaunch the driver tells a
     #: task of an earlier launch that is still alive (Spark's kill did not reach it) to exit
     launch: int = 1
+    #: the driver's Unix-domain socket (:class:`.resident_conn.LocalServer`): a task that sees
+    #: this path is on the driver's machine and dials it before TCP; None: TCP only
+    local_path: str | None = None
 
 
 class WorkerEntry:
@@ -227,6 +230,17 @@ class _Session:
             pass
 
 
+def _dial_local(path: str, timeout: float) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(path)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 class _Worker:
     def __init__(self, cfg: WorkerConfig, blocks: list[int], partition: int, attempt: int):
         self.cfg = cfg
@@ -260,14 +274,26 @@ class _Worker:
             give_up = time.monotonic() + cfg.reconnect_seconds
 
     def _connect(self) -> socket.socket | None:
+        """An authenticated connection to the driver: over its local socket when this task is
+        on the driver's machine (the path is visible here), else, or if that fails, over TCP."""
         cfg = self.cfg
+        path = cfg.local_path
+        if path and os.path.exists(path):
+            sock = self._authenticated(lambda: _dial_local(path, cfg.silence_seconds))
+            if sock is not None:
+                return sock
+        return self._authenticated(
+            lambda: socket.create_connection((cfg.host, cfg.port), timeout=cfg.silence_seconds)
+        )
+
+    def _authenticated(self, dial: Callable[[], socket.socket]) -> socket.socket | None:
         try:
-            sock = socket.create_connection((cfg.host, cfg.port), timeout=cfg.silence_seconds)
+            sock = dial()
         except OSError:
             return None
         try:
-            set_nodelay(sock)
-            client_handshake(sock, cfg.secret, timeout=cfg.silence_seconds)
+            configure_socket(sock)
+            client_handshake(sock, self.cfg.secret, timeout=self.cfg.silence_seconds)
             return sock
         except (OSError, WireError) as exc:
             log.warning("resident worker: handshake with the driver failed: %s", exc)

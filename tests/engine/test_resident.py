@@ -25,8 +25,15 @@ import pytest
 
 from async_spark.engine import AsyncEngine, LocalTransport, Policy, StragglerModel, wire
 from async_spark.engine.resident import ResidentTransport
+from async_spark.engine.resident_conn import LocalServer, configured_local_socket
 from async_spark.engine.resident_job import ResidentJob
-from async_spark.engine.resident_worker import apply_delta, model_delta
+from async_spark.engine.resident_worker import (
+    WorkerConfig,
+    _dial_local,
+    _Worker,
+    apply_delta,
+    model_delta,
+)
 
 # --- task functions (they travel to the Python workers by value) ----------------------------------
 D = 64
@@ -64,14 +71,17 @@ def sleepy_engine(transport, policy=None, model=None, **options):
     )
 
 
-def sum_of_blocks_run(transport, rounds=8, P=4):
-    """A synchronous run: each round, w <- 0.5 w + mean over blocks of (a_b * w + c_b)."""
+def sum_of_blocks_run(transport, rounds=8, P=4, sockets=None):
+    """A synchronous run: each round, w <- 0.5 w + mean over blocks of (a_b * w + c_b).
+    ``sockets`` (a set) gets the socket kinds of the workers connected at the first result."""
     w = np.linspace(-1.0, 1.0, D)
     executors, payloads = set(), {}
     with AsyncEngine(
         transport, affine_task, num_blocks=P, policy=Policy.sync(), initial_model=w, run_name="sum"
     ) as eng:
         for r in eng.results():
+            if sockets is not None and not sockets:
+                sockets.update(worker["socket"] for worker in transport.workers())
             payloads[r.block] = r.payload
             executors.add(r.executor)
             if len(payloads) == P:
@@ -344,6 +354,104 @@ def _handshake_pair(server_secret, client_secret):
     return errors
 
 
+def _serve_handshakes(server, secret, done):
+    """Accept on ``server`` and answer handshakes with ``secret`` until ``done`` is set; the
+    accepted sockets are kept open (in the returned list) so the client's end stays usable."""
+    accepted = []
+
+    def loop():
+        server.settimeout(0.2)
+        while not done.is_set():
+            try:
+                sock, _ = server.accept()
+            except (TimeoutError, OSError):
+                continue
+            try:
+                wire.server_handshake(sock, secret, timeout=5)
+            except (wire.WireError, OSError):
+                pass
+            accepted.append(sock)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    return thread, accepted
+
+
+@pytest.mark.parametrize("where", ["visible", "missing", "other secret", "none"])
+def test_a_worker_dials_the_local_socket_when_it_sees_it_else_tcp(where, caplog):
+    """A task on the driver's machine sees the local socket's path and connects there; a task
+    that does not (another machine, container or user), or whose handshake there fails, dials
+    TCP, so a wrong or stale path never strands a worker."""
+    secret = b"s" * 32
+    done = threading.Event()
+    tcp = socket.create_server(("127.0.0.1", 0))
+    local = LocalServer.open(backlog=8)
+    assert local is not None and oct(os.stat(os.path.dirname(local.path)).st_mode)[-3:] == "700"
+    other = LocalServer.open(backlog=8)
+    threads = [
+        _serve_handshakes(tcp, secret, done),
+        _serve_handshakes(local.server, secret, done),
+        _serve_handshakes(other.server, b"o" * 32, done),
+    ]
+    path = {
+        "visible": local.path,
+        "missing": local.path + ".gone",
+        "other secret": other.path,
+        "none": None,
+    }[where]
+    cfg = WorkerConfig(
+        host="127.0.0.1",
+        port=tcp.getsockname()[1],
+        secret=secret,
+        run_id="r",
+        num_blocks=1,
+        num_tasks=1,
+        task_fn=echo_task,
+        heartbeat_seconds=1.0,
+        silence_seconds=5.0,
+        connect_seconds=5.0,
+        reconnect_seconds=5.0,
+        max_body_bytes=1 << 20,
+        max_versions=2,
+        local_path=path,
+    )
+    try:
+        sock = _Worker(cfg, [0], 0, 0)._connect()
+        assert sock is not None
+        expected = socket.AF_UNIX if where == "visible" else socket.AF_INET
+        assert sock.family == expected
+        if expected == socket.AF_UNIX:  # large buffers: a large model in few hand-offs
+            cap = Path("/proc/sys/net/core/wmem_max")
+            wanted = min(wire.LOCAL_BUFFER_BYTES, int(cap.read_text()) if cap.exists() else 0)
+            assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) >= wanted
+        else:
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+        sock.close()
+        if where == "other secret":
+            assert "handshake with the driver failed" in caplog.text
+    finally:
+        done.set()
+        for thread, accepted in threads:
+            thread.join(5)
+            for a in accepted:
+                a.close()
+        tcp.close()
+        for server in (local, other):
+            server.close()
+            assert not os.path.exists(os.path.dirname(server.path))
+
+
+def test_the_local_socket_conf(monkeypatch):
+    monkeypatch.delenv("SPARK_ASYNC_SPARK_RESIDENT_LOCALSOCKET", raising=False)
+    assert configured_local_socket(None) is True
+    for value, expected in [("false", False), (" True ", True), ("", True)]:
+        monkeypatch.setenv("SPARK_ASYNC_SPARK_RESIDENT_LOCALSOCKET", value)
+        assert configured_local_socket(None) is expected
+    monkeypatch.setenv("SPARK_ASYNC_SPARK_RESIDENT_LOCALSOCKET", "maybe")
+    with pytest.raises(ValueError, match="localSocket must be true or false, got 'maybe'"):
+        configured_local_socket(None)
+
+
 def test_handshake_proves_the_secret_both_ways():
     assert _handshake_pair(b"s" * 32, b"s" * 32) == {}
     errors = _handshake_pair(b"s" * 32, b"t" * 32)
@@ -388,11 +496,19 @@ def _register_by_value():
 
 
 @spark_only
-def test_sync_run_is_bit_identical_to_local_and_versions_travel_once(spark):
+@pytest.mark.parametrize("local_socket", [True, False])
+def test_sync_run_is_bit_identical_to_local_and_versions_travel_once(spark, local_socket):
+    """Over the local socket (the default in local mode) and over TCP alike; the local socket's
+    private directory is gone once the run is."""
     _register_by_value()
     local_w, _ = sum_of_blocks_run(LocalTransport())
-    transport = ResidentTransport(spark)
-    resident_w, executors = sum_of_blocks_run(transport)
+    transport = ResidentTransport(spark, local_socket=local_socket)
+    sockets: set = set()
+    resident_w, executors = sum_of_blocks_run(transport, sockets=sockets)
+    assert sockets == {"local" if local_socket else "tcp"}
+    assert (transport._local is not None) == local_socket
+    if local_socket:
+        assert not os.path.exists(os.path.dirname(transport._local.path))
     assert resident_w.tobytes() == local_w.tobytes()
     assert transport.num_tasks == 4 and len(executors) == 1  # local mode: the driver's JVM
     # 8 rounds: each version reaches each of the 4 workers once (full or delta)
@@ -456,13 +572,13 @@ def test_async_run_echoes_every_version_exactly_through_deltas(spark):
     assert transport.stats["model_held"] > 0  # two blocks of one worker read the same version
 
 
-def _bad_clients(address, secret):
-    """Connect as attackers and broken peers; return what each saw (closed by the server?)."""
-    host, port = address
+def _bad_clients(dial, secret):
+    """Connect (``dial()``: a new socket to the server) as attackers and broken peers; return
+    what each saw (closed by the server?)."""
     seen = {}
 
     def attempt(name, send_after_auth=None, secret_used=secret, raw=None):
-        with socket.create_connection((host, port), timeout=10) as s:
+        with dial() as s:
             try:
                 if raw is not None:
                     s.sendall(raw)
@@ -497,15 +613,21 @@ def test_bad_clients_are_refused_with_a_log_line_while_the_run_goes_on(spark, ca
     caplog.set_level(logging.WARNING, logger="async_spark.engine.resident")
     transport = ResidentTransport(spark, heartbeat_seconds=0.3, silence_seconds=3.0)
     seen: dict = {}
+
+    def attack():  # over TCP, then over the local socket
+        tcp = _bad_clients(lambda: socket.create_connection(transport.address, 10), secret)
+        seen.update({("tcp", name): saw for name, saw in tcp.items()})
+        local = _bad_clients(lambda: _dial_local(transport._local.path, 10), secret)
+        seen.update({("local", name): saw for name, saw in local.items()})
+
     with sleepy_engine(transport) as eng:
+        secret = transport._secret
         attacker = None
         n = 0
         for _ in eng.results():
             n += 1
             if n == 20:
-                attacker = threading.Thread(
-                    target=lambda: seen.update(_bad_clients(transport.address, transport._secret))
-                )
+                attacker = threading.Thread(target=attack)
                 attacker.start()
             if attacker is not None and not attacker.is_alive():
                 break
@@ -524,13 +646,17 @@ def test_bad_clients_are_refused_with_a_log_line_while_the_run_goes_on(spark, ca
                 break
         counts = dict(eng.core.counts)
         assert eng.core.accounting_closes()
-    assert seen == dict.fromkeys(
-        ["wrong secret", "not our protocol", "truncated", "huge", "dtype"], True
-    )
+    assert seen == {
+        (via, name): True
+        for via in ("tcp", "local")
+        for name in ["wrong secret", "not our protocol", "truncated", "huge", "dtype"]
+    }
     assert counts["failed"] == 0 and counts["accepted"] >= n + 50
     text = "\n".join(r.getMessage() for r in caplog.records)
     for needle in (
         "refused connection from 127.0.0.1",
+        "refused connection from local socket",
+        "closed connection from local socket",
         "authentication failed",
         "bad handshake magic",
         "truncated frame",
