@@ -83,23 +83,30 @@ def vector_task(block, model, args):
     return model
 
 
-def _echo(family: int, address, size: int) -> None:
-    """The far end of :func:`socket_round_trips`, in a process of its own."""
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.connect(address)
-        if family == socket.AF_INET:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        reply = b"r" * size
-        while sock.recv(1 << 16):
-            sock.sendall(reply)
+# The far end of socket_round_trips, in a process of its own (its own interpreter: this module
+# may run as __main__ of another program, whose functions a spawned child cannot import).
+_ECHO = """
+import socket, sys
+family, address, size = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+sock = socket.socket(family, socket.SOCK_STREAM)
+if family == socket.AF_INET:
+    host, port = address.rsplit(":", 1)
+    sock.connect((host, int(port)))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+else:
+    sock.connect(address)
+reply = b"r" * size
+while sock.recv(1 << 16):
+    sock.sendall(reply)
+"""
 
 
 def socket_round_trips(family: int, count: int, size: int = 1024) -> tuple[float, float, float]:
     """Round trips of a ``size``-byte message with a process on this machine over loopback TCP or
     a Unix-domain socket: (round trips/s, user and system CPU microseconds of this side per round
     trip). What the kernel charges the driver for a ticket out and a result in, without Spark."""
-    import multiprocessing
     import resource
+    import subprocess
     import tempfile
 
     with tempfile.TemporaryDirectory() as directory:
@@ -111,10 +118,8 @@ def socket_round_trips(family: int, count: int, size: int = 1024) -> tuple[float
             server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             server.bind(address)
             server.listen()
-        child = multiprocessing.get_context("spawn").Process(
-            target=_echo, args=(family, address, size), daemon=True
-        )
-        child.start()
+        where = f"{address[0]}:{address[1]}" if family == socket.AF_INET else address
+        child = subprocess.Popen([sys.executable, "-c", _ECHO, str(int(family)), where, str(size)])
         server.settimeout(60)
         sock, _ = server.accept()
         server.close()
@@ -132,7 +137,11 @@ def socket_round_trips(family: int, count: int, size: int = 1024) -> tuple[float
                 got += len(sock.recv(1 << 16))
         elapsed, r1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF)
         sock.close()
-        child.join(10)
+        try:
+            child.wait(10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
     return (
         count / elapsed,
         (r1.ru_utime - r0.ru_utime) / count * 1e6,

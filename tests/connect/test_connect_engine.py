@@ -102,12 +102,14 @@ def test_the_job_transport_is_refused_on_connect_with_one_clear_error(connect, c
 def test_executors_that_cannot_reach_the_client_fail_in_bounded_time_leaving_no_task(
     connect, spark_ui, cancer
 ):
-    # A real unreachable client: the tasks are told to dial a port where nothing listens.
+    # A real unreachable client: the tasks are told to dial a port where nothing listens, and
+    # are offered no local socket (tasks on this machine would reach the client through it).
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         dead = s.getsockname()[1]
     connect.conf.set("spark.async_spark.resident.advertise", f"127.0.0.1:{dead}")
     connect.conf.set("spark.async_spark.resident.connectTimeout", "12")
+    connect.conf.set("spark.async_spark.resident.localSocket", "false")
     failed_before = len(spark_ui.jobs("failed"))
     t0 = time.monotonic()
     try:
@@ -117,6 +119,7 @@ def test_executors_that_cannot_reach_the_client_fail_in_bounded_time_leaving_no_
     finally:
         connect.conf.unset("spark.async_spark.resident.advertise")
         connect.conf.unset("spark.async_spark.resident.connectTimeout")
+        connect.conf.unset("spark.async_spark.resident.localSocket")
     message = str(info.value)
     assert "\n" not in message
     assert f"127.0.0.1:{dead}" in message
