@@ -28,6 +28,7 @@ __all__ = [
     "configured_local_socket",
     "no_worker_error",
     "socket_kind",
+    "sweep_orphans",
 ]
 
 log = logging.getLogger("async_spark.engine.resident")
@@ -180,9 +181,11 @@ class LocalServer:
     The socket lives in a fresh directory of mode 0700 (:func:`tempfile.mkdtemp`): only this
     user's processes can even reach it, and each connection still proves the run's secret. A
     worker on another machine, in another container or as another user does not see the path and
-    dials TCP. :meth:`close` removes the directory."""
+    dials TCP. :meth:`close` removes the directory; one left by a driver that was killed (its pid
+    is in the name) is removed by the next :meth:`open` on the machine."""
 
     FILE = "driver.sock"
+    PREFIX = "async-spark-sock-"
 
     def __init__(self, server: socket.socket, path: str) -> None:
         self.server = server
@@ -194,7 +197,8 @@ class LocalServer:
         path cannot be bound (e.g. longer than the platform allows): the workers dial TCP."""
         if not hasattr(socket, "AF_UNIX"):
             return None
-        directory = tempfile.mkdtemp(prefix="async-spark-")
+        sweep_orphans(cls.PREFIX)
+        directory = tempfile.mkdtemp(prefix=f"{cls.PREFIX}{os.getpid()}-")
         path = os.path.join(directory, cls.FILE)
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -212,6 +216,49 @@ class LocalServer:
             self.server.close()
         finally:
             shutil.rmtree(os.path.dirname(self.path), ignore_errors=True)
+
+
+def sweep_orphans(prefix: str, parent: str | None = None) -> int:
+    """Remove this user's ``<parent>/<prefix><pid>-*`` directories whose pid is no longer
+    running (a driver killed before it could close its listener); how many went. A pid reused
+    since only keeps a directory a while longer."""
+    if os.name != "posix":  # (os.kill(pid, 0) tests a pid on POSIX only)
+        return 0
+    parent = parent or tempfile.gettempdir()
+    removed = 0
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return 0
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    for name in names:
+        pid_text = name[len(prefix) :].split("-", 1)[0] if name.startswith(prefix) else ""
+        if not pid_text.isdigit() or int(pid_text) == os.getpid() or _running(int(pid_text)):
+            continue
+        path = os.path.join(parent, name)
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue
+        if (
+            not os.path.isdir(path)
+            or os.path.islink(path)
+            or (uid is not None and info.st_uid != uid)
+        ):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed += 1
+    return removed
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # e.g. another user's process: it exists
+        return True
+    return True
 
 
 def socket_kind(sock: socket.socket) -> str:

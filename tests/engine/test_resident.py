@@ -25,7 +25,7 @@ import pytest
 
 from async_spark.engine import AsyncEngine, LocalTransport, Policy, StragglerModel, wire
 from async_spark.engine.resident import ResidentTransport
-from async_spark.engine.resident_conn import LocalServer, configured_local_socket
+from async_spark.engine.resident_conn import LocalServer, configured_local_socket, sweep_orphans
 from async_spark.engine.resident_job import ResidentJob
 from async_spark.engine.resident_worker import (
     WorkerConfig,
@@ -439,6 +439,26 @@ def test_a_worker_dials_the_local_socket_when_it_sees_it_else_tcp(where, caplog)
         for server in (local, other):
             server.close()
             assert not os.path.exists(os.path.dirname(server.path))
+
+
+def test_a_killed_drivers_socket_directory_is_swept_by_the_next_one(tmp_path):
+    """A driver killed outright leaves its local socket's directory; the next LocalServer.open
+    removes it (its pid is gone), and keeps those of running drivers and anything else."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    prefix = LocalServer.PREFIX
+    orphan = tmp_path / f"{prefix}{gone.pid}-abc"
+    alive = tmp_path / f"{prefix}{os.getppid()}-def"  # pytest's parent: running
+    other = tmp_path / f"{prefix}x-ghi"
+    for d in (orphan, alive, other):
+        d.mkdir()
+        (d / LocalServer.FILE).write_text("")
+    assert sweep_orphans(prefix, str(tmp_path)) == 1
+    assert not orphan.exists() and alive.exists() and other.exists()
+    server = LocalServer.open(backlog=1)  # in the real temporary directory: named for its pid
+    assert server is not None
+    assert os.path.basename(os.path.dirname(server.path)).startswith(f"{prefix}{os.getpid()}-")
+    server.close()
 
 
 def test_the_local_socket_conf(monkeypatch):
