@@ -221,7 +221,9 @@ class LocalServer:
 def sweep_orphans(prefix: str, parent: str | None = None) -> int:
     """Remove this user's ``<parent>/<prefix><pid>-*`` directories whose pid is no longer
     running (a driver killed before it could close its listener); how many went. A pid reused
-    since only keeps a directory a while longer."""
+    since only keeps a directory a while longer; a temporary directory shared by containers with
+    their own pids can lose a live run's path, whose workers then dial TCP (the connections
+    made stay)."""
     if os.name != "posix":  # (os.kill(pid, 0) tests a pid on POSIX only)
         return 0
     parent = parent or tempfile.gettempdir()
