@@ -1,5 +1,9 @@
 """What the engine costs on top of Spark, measured side by side in one run.
 
+0. First, without Spark, what the kernel charges per round trip of a 1 KiB message with another
+   process over loopback TCP and over a Unix-domain socket (the resident transport's two ways to
+   reach a worker on the driver's machine).
+
 1. Throughput of no-op tasks through the engine (fully asynchronous, one task in flight per block)
    against a bare loop of ``sc.runJob`` single-partition jobs from the same number of driver threads.
 2. Driver-side cost per accepted result for a 10^5-dimension model, without Spark: the scheduler
@@ -18,10 +22,6 @@
    d-vector, with a new (dense) model version published after every result, so every ticket carries
    the whole model; and the driver's CPU time per result (every thread of the driver process), next
    to the engine's own share measured with an in-process null transport.
-
-0. First, without Spark, what the kernel charges per round trip of a 1 KiB message with another
-   process over loopback TCP and over a Unix-domain socket (the resident transport's two ways to
-   reach a worker on the driver's machine).
 
 5. The resident transport from a **Spark Connect** session (a Connect server of the same master in
    a child process, this process its client, where the transport's server lives), at the same

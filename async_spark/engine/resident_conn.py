@@ -8,6 +8,7 @@ import logging
 import os
 import shutil
 import socket
+import stat
 import tempfile
 import threading
 import time
@@ -239,14 +240,10 @@ def sweep_orphans(prefix: str, parent: str | None = None) -> int:
             continue
         path = os.path.join(parent, name)
         try:
-            info = os.lstat(path)
+            info = os.lstat(path)  # (not followed: a link is not a directory here)
         except OSError:
             continue
-        if (
-            not os.path.isdir(path)
-            or os.path.islink(path)
-            or (uid is not None and info.st_uid != uid)
-        ):
+        if not stat.S_ISDIR(info.st_mode) or (uid is not None and info.st_uid != uid):
             continue
         shutil.rmtree(path, ignore_errors=True)
         removed += 1

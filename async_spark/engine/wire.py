@@ -520,8 +520,8 @@ def configure_socket(sock: socket.socket) -> None:
     """A connection's options, both sides: on TCP no Nagle delay (a frame goes out at once); on a
     Unix-domain socket 4 MiB buffers (capped by the kernel's ``wmem_max``/``rmem_max``): its
     default, about 208 KiB, splits a large model into many hand-offs between the processes, where
-    TCP sizes its own buffers (measured: 1.5x the results/s at d = 10^5,
-    ``benchmarks/engine_overhead.py``)."""
+    TCP sizes its own buffers (with the default the local socket fell behind TCP at d = 10^5:
+    ``benchmarks/RESULTS.md``, session 35)."""
     if sock.family == getattr(socket, "AF_UNIX", None):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, LOCAL_BUFFER_BYTES)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, LOCAL_BUFFER_BYTES)

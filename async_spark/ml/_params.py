@@ -209,8 +209,9 @@ class _AsyncLinearParams(
     default a hash of the class name that its ``__init__`` sets through the converter; here an
     integer >= 0, default 0), ``HasMaxIter`` (``maxUpdates`` counts updates, and an update is
     not always an iteration). ``maxIter`` is accepted as pyspark.ml's name for ``maxUpdates`` (an
-    alias, not a second Param: :attr:`maxIter`). ``tol`` is ``HasTol``'s Param, redefined with a range check: the gradient test
-    of pyspark.ml's L-BFGS at every snapshot (``evalEvery``), default 1e-6 as pyspark.ml's.
+    alias, not a second Param: :attr:`maxIter`). ``tol`` is ``HasTol``'s Param, redefined with a
+    range check: the gradient test of pyspark.ml's L-BFGS at every snapshot (``evalEvery``),
+    default 1e-6 as pyspark.ml's.
     """
 
     method: Param[str] = Param(

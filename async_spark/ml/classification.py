@@ -311,8 +311,9 @@ class AsyncLogisticRegression(
     Parameters: see :class:`~async_spark.ml._params._AsyncLinearParams` (``method``,
     ``stepSize``, ``regParam``, ``elasticNetParam``, ``maxUpdates`` (or pyspark.ml's name,
     ``maxIter``), ``timeBudget``, ``tol``, ``beta``, ``tau``, ``stragglers``, ...) plus ``family``
-    and ``threshold``. Keyword arguments only. A fit ends at ``maxUpdates``, ``timeBudget`` or once a snapshot passes the convergence
-    test ``tol`` (pyspark.ml's default, 1e-6), whichever comes first: ``summary.stoppedBy``.
+    and ``threshold``. Keyword arguments only. A fit ends at ``maxUpdates``, ``timeBudget`` or
+    once a snapshot passes the convergence test ``tol`` (pyspark.ml's default, 1e-6), whichever
+    comes first: ``summary.stoppedBy``.
 
     Examples
     --------
