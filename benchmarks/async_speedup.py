@@ -36,7 +36,7 @@ median is of the repeats that have one, and the summary says how many.
 Usage:
     python benchmarks/async_speedup.py [--quick] [--partitions 8,16] [--repeats 3]
         [--stragglers intensity:0.3,intensity:0.6,intensity:1.0,cloud] [--budget SECONDS]
-    python benchmarks/async_speedup.py --smoke   # seconds: P = 2, tiny data, 3 s runs, 1 repeat
+    python benchmarks/async_speedup.py --smoke   # seconds: P = 2, tiny data, 1.5 s runs, 1 repeat
 Last line: ``RESULT asaga_speedup_cloud <x>``: the median over the repeats of ASAGA's speedup
 over SAGA under the cloud model (P = the first of --partitions).
 """
@@ -321,7 +321,7 @@ def main(argv: list[str] | None = None) -> float:
     calibration_tasks, snapshots = 24, 40
     if args.smoke:
         args.quick = True
-        args.partitions, args.budget = args.partitions or "2", args.budget or 3.0
+        args.partitions, args.budget = args.partitions or "2", args.budget or 1.5
         if args.data == DEFAULT_DATA:
             args.data = SMOKE_DATA
         calibration_tasks, snapshots = 6, 8

@@ -505,7 +505,7 @@ def main(argv: list[str] | None = None) -> float:
         return float("nan")
     if hasattr(socket, "AF_UNIX") and not args.profile_driver:
         _print_socket_round_trips(2_000 if args.smoke else 20_000, 1 if args.smoke else 3)
-    seconds = 1.0 if args.smoke else 2.0 if args.quick else 3.0
+    seconds = 0.4 if args.smoke else 2.0 if args.quick else 3.0
     repeats = args.repeats or (1 if args.smoke else 3)
     scale = 0.1 if args.smoke else 0.25 if args.quick else 1.0  # of the no-Spark loops
 
@@ -527,7 +527,7 @@ def main(argv: list[str] | None = None) -> float:
     try:
         # warm up the JVM, the Python workers and the code paths (the resident job's first
         # launch also starts its Python workers)
-        warm = 0.5 if args.smoke else 2.0
+        warm = 0.3 if args.smoke else 2.0
         bare_throughput(sc, args.threads, warm)
         engine_throughput(sc, args.threads, warm, "inline", np.zeros(1), noop_task)
         run_transport(lambda: ResidentTransport(spark), args.threads, warm, [np.zeros(1)])

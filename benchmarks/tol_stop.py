@@ -66,7 +66,8 @@ def main(argv: list[str]) -> None:
     budget = None  # the command line's: 20 s when no other stop is given
     if args.smoke:
         names, args.repeats, args.master = ["breast_cancer_l2_0.01"], 1, "local[2]"
-        budget = 3.0
+        # long enough for the test to stop the run on a loaded machine (idle: about 2 s)
+        budget = 6.0
 
     from async_spark.reporting.reference import reference_optimum, relative_suboptimality
 

@@ -58,9 +58,9 @@ def main(argv: list[str] | None = None) -> float:
         help="runs of every transport and method, the transports' order swapped each time; "
         "figures are medians with [min, max] (default 3; smoke: 1)",
     )
-    ap.add_argument("--smoke", action="store_true", help="2 s runs, 1 repeat")
+    ap.add_argument("--smoke", action="store_true", help="1 s runs, 1 repeat")
     args = ap.parse_args(argv)
-    budget = 2.0 if args.smoke else args.budget
+    budget = 1.0 if args.smoke else args.budget
     repeats = args.repeats if args.repeats is not None else (1 if args.smoke else 3)
     if repeats < 1:
         ap.error(f"--repeats must be at least 1, got {repeats}")

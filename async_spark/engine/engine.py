@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import queue
 import statistics
@@ -46,7 +47,15 @@ def finite_payload(payload: Any) -> bool:
     """True when every number in ``payload`` (arrays, scalars, nested tuples/lists) is finite."""
     if isinstance(payload, np.ndarray):
         # integers and non-numbers are finite as they are: only floats (and NaT) are checked
-        return payload.dtype.kind not in "fcm" or bool(np.isfinite(payload).all())
+        kind = payload.dtype.kind
+        if kind not in "fcm":
+            return True
+        # a NaN or an infinity makes the sum of squares (BLAS, for any shape; complex: of
+        # |x|^2) non-finite, so a finite one proves every entry finite in one call, the usual
+        # case; a non-finite one (also an overflow of finite entries) is checked entry by entry
+        if kind != "m" and math.isfinite(abs(np.vdot(payload, payload))):
+            return True
+        return bool(np.isfinite(payload).all())
     if isinstance(payload, float | np.floating):
         return bool(np.isfinite(payload))
     if isinstance(payload, tuple | list):

@@ -194,6 +194,9 @@ def test_non_finite_results_are_rejected_and_the_block_quarantined(caplog):
         (np.array([1.7e308, 1.7e308]), True),
         (np.array([6e4, 6e4], dtype=np.float16), True),
         (np.array([1.7e308, 1.7e308, np.nan]), False),
+        (np.full((3, 4), 2.0), True),
+        (np.array([[1.0, 2.0], [np.inf, 0.0]]), False),
+        (np.array([[1.0, 2.0], [3.0, np.nan]]).T, False),  # not contiguous
         (np.array([1 + 2j, complex(0, np.inf)]), False),
         (np.array([np.timedelta64(1, "s"), np.timedelta64("NaT")]), False),
         (np.arange(5), True),
