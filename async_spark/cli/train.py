@@ -57,6 +57,14 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         "either way",
     )
     p.add_argument(
+        "--fit-intercept",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="fit an intercept per output, as pyspark.ml's fitIntercept; --no-fit-intercept "
+        "fits none (the model passes through the origin) and, with --standardize, scales the "
+        "columns without centering them",
+    )
+    p.add_argument(
         "--penalty-on",
         default="standardized",
         help="standardized | original: with --standardize, penalize the weights of the "
@@ -295,6 +303,7 @@ def train_configs(args: argparse.Namespace) -> list[Any]:
             num_features=args.num_features,
             standardize=args.standardize,
             penalty_on=args.penalty_on,
+            fit_intercept=args.fit_intercept,
             step_safeguard=args.step_safeguard,
             loss=args.loss,
             method=method,
@@ -622,6 +631,8 @@ def objective_line(summary: dict[str, Any]) -> str:
     if summary["l1"]:
         terms.append(f"{summary['l1']:g} ||w||_1")
     text = "objective: " + " + ".join(terms)
+    if summary.get("fit_intercept") is False:
+        text += " (no intercept)"
     if len(terms) == 1:
         return text
     if summary["standardize"] and summary["penalty_on"] == "standardized":

@@ -145,6 +145,7 @@ def open_dataset(
     label_column: str = "label",
     staging_dir: str | None = None,
     implicit_center: bool = True,
+    center: bool = True,
 ) -> tuple[BlockSource, DatasetDescriptor]:
     """Open a dataset as ``num_blocks`` blocks and describe it.
 
@@ -174,6 +175,10 @@ def open_dataset(
         With ``standardize``, center sparse columns implicitly (default); False scales them
         only, as a DataFrame's partitions are (:func:`~async_spark.data.frame.open_frame`): the
         same objective in other coordinates.
+    center : bool
+        With ``standardize``, center the columns at all (default). False scales them only, dense
+        or sparse, as pyspark.ml does for a model without an intercept: no intercept would absorb
+        the shift, so centered columns would change the model.
     loss : {"logistic", "squares", "softmax"} or None
         Validate and map labels for this loss (see :mod:`async_spark.data.transform`).
     dense : bool or None
@@ -288,6 +293,7 @@ def open_dataset(
         loss=loss,
         where=where,
         implicit_center=implicit_center,
+        center=center,
     )
 
 
@@ -302,16 +308,18 @@ def describe_scanned(
     where: str,
     rescan: Callable[[BlockSource], ScanResult] = scan_blocks,
     implicit_center: bool = True,
+    center: bool = True,
 ) -> tuple[BlockSource, DatasetDescriptor]:
     """The tail of :func:`open_dataset`, shared by every kind of source once it is scanned: map
     the labels for ``loss``, check that the model fits, standardize (the column scales from the
     scan's moments; ``rescan`` measures the standardized rows' norms) and describe the result.
     Standardized sparse columns are centered implicitly (``TransformedSource.center``) unless
-    ``implicit_center`` is False (a rescan that measures the rows uncentered)."""
+    ``implicit_center`` is False (a rescan that measures the rows uncentered); with ``center``
+    False no column is centered (dense ones neither: a model without an intercept)."""
     final_sparse = sparse
     classes = label_mapping(loss, scan.labels, where)
     _check_model_fits(source, d, len(classes) if loss == "softmax" and classes else 1, where)
-    mean = scale = center = None
+    mean = scale = shift = None
     if standardize:
         if scan.mean is None or scan.m2 is None:
             raise DataError(f"{where}: empty input")
@@ -321,13 +329,13 @@ def describe_scanned(
         q[: scan.m2.size] = scan.m2
         std = np.sqrt(np.maximum(q / scan.count, 0.0))
         scale = np.where(std > 0, std, 1.0)
-        mean = None if final_sparse else m
-        if final_sparse and implicit_center:
-            center = m / scale
+        mean = None if final_sparse or not center else m
+        if final_sparse and implicit_center and center:
+            shift = m / scale
     identity = classes is not None and classes == tuple(float(k) for k in range(len(classes)))
     label_map = None if identity else classes
     if label_map is not None or scale is not None:
-        source = TransformedSource(source, label_map, mean, scale, center)
+        source = TransformedSource(source, label_map, mean, scale, shift)
     max_norm = scan.max_row_norm_sq
     nnz = scan.nnz
     if standardize:

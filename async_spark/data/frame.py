@@ -405,12 +405,15 @@ def open_frame(
     standardize: bool = False,
     loss: str | None = None,
     dense: bool | None = None,
+    center: bool = True,
 ) -> tuple[BlockSource, DatasetDescriptor]:
     """Describe ``df``'s two columns as ``partitions`` blocks read where they live.
 
     Returns the source and descriptor :func:`~async_spark.data.dataset.open_dataset` returns for
     a file; the prepared (repartitioned, cached) DataFrame stays in this process for the run's
-    jobs (:func:`frame_of`; :func:`release` forgets it)."""
+    jobs (:func:`frame_of`; :func:`release` forgets it). With ``standardize``, dense columns are
+    centered unless ``center`` is False (a model without an intercept); sparse ones are scaled
+    only."""
     from async_spark.data.dataset import describe_scanned  # the shared tail of open_dataset
 
     for column in (features, label):
@@ -471,6 +474,7 @@ def open_frame(
             standardize=standardize,
             loss=loss,
             where=f"DataFrame column {label!r}",
+            center=center,
             rescan=rescan,
         )
         if gram and final[0].gram is None:

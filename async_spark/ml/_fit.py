@@ -203,6 +203,7 @@ def _open_partitions(
         standardize=True,  # always scaled; the penalty follows standardization
         loss=None,
         dense=dense,
+        center=params.getFitIntercept(),  # without an intercept: scaled only, as pyspark.ml
     )
     cleanup.callback(release, source)
     return source, desc, f"DataFrame ({P} partitions)"
@@ -245,6 +246,7 @@ def _open_staged(
         # sparse columns scaled only, as the resident transport's frame partitions are: both
         # transports train in the same coordinates, so they end at the same model
         implicit_center=False,
+        center=params.getFitIntercept(),  # without an intercept: scaled only, as pyspark.ml
         loss=None,
         dense=dense,
         num_features=d,

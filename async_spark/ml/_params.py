@@ -30,6 +30,7 @@ from pyspark.ml.base import _PredictorParams
 from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.ml.param.shared import (
     HasElasticNetParam,
+    HasFitIntercept,
     HasRegParam,
     HasStandardization,
     HasTol,
@@ -75,6 +76,7 @@ PARAM_NAMES = {
     "step_safeguard": "stepSafeguard",
     "momentum_restart": "momentumRestart",
     "block_weights": "blockWeights",
+    "fit_intercept": "fitIntercept",
 }
 
 
@@ -182,7 +184,7 @@ _to_int = TypeConverters.toInt
 
 
 class _AsyncLinearParams(
-    _PredictorParams, HasRegParam, HasElasticNetParam, HasStandardization, HasTol
+    _PredictorParams, HasRegParam, HasElasticNetParam, HasStandardization, HasTol, HasFitIntercept
 ):
     """Params of :class:`AsyncLogisticRegression`, :class:`AsyncLinearRegression` and their Models.
 
@@ -198,7 +200,8 @@ class _AsyncLinearParams(
     and the coefficients are returned on the original scale; ``standardization`` says which
     weights the penalty acts on: the scaled columns' (True, the default) or the original
     columns' (False: scaling is then a preconditioner only and the minimizer is the raw
-    problem's).
+    problem's). ``fitIntercept`` is pyspark's Param as it is (default True): False fits no
+    intercept (:math:`b = 0`) and, as pyspark.ml, scales the columns without centering them.
 
     ``regParam``, ``elasticNetParam`` and ``standardization`` come from pyspark's shared mixins
     (``HasRegParam``, ``HasElasticNetParam``, ``HasStandardization``: same names, meanings,
@@ -406,6 +409,7 @@ class _AsyncLinearParams(
             regParam=0.0,
             elasticNetParam=0.0,
             standardization=True,
+            fitIntercept=True,
             maxUpdates=1000,
             timeBudget=0.0,
             tol=1e-6,
@@ -519,6 +523,7 @@ class _AsyncLinearParams(
             # whether the penalty acts on the scaled or on the original columns' weights
             standardize=True,
             penalty_on="standardized" if self.getStandardization() else "original",
+            fit_intercept=self.getFitIntercept(),
             step="auto" if step == 0.0 else step,
             momentum=momentum,
             momentum_damping=self.getMomentumDamping(),
@@ -604,6 +609,9 @@ class _HasSetters(Params):
 
     def setStandardization(self, value: bool) -> Any:
         return self._set(standardization=value)
+
+    def setFitIntercept(self, value: bool) -> Any:
+        return self._set(fitIntercept=value)
 
     def setMaxUpdates(self, value: int) -> Any:
         return self._set(maxUpdates=value)

@@ -65,6 +65,9 @@ class TrainConfig:
     # the columns whose weights l2/l1 penalize (PENALTY_ON); "standardized" as pyspark.ml, glmnet
     # and scikit-learn's StandardScaler + LogisticRegression
     penalty_on: str = "standardized"
+    # an intercept per output (as pyspark.ml's fitIntercept); without one, standardization
+    # scales the columns without centering them (nothing would absorb the shift)
+    fit_intercept: bool = True
     loss: str = "logistic"
     # a row of the method table, or "auto" (the default): validate() resolves it to one
     # (solvers.choice) and says why in ``chosen_by``
@@ -132,7 +135,7 @@ class TrainConfig:
         check_choice("penalty_on", self.penalty_on, PENALTY_ON)
         if self.step != "auto":
             self.step = check_number("step", self.step)
-        for name in ("step_safeguard", "momentum_restart", "block_weights"):
+        for name in ("step_safeguard", "momentum_restart", "block_weights", "fit_intercept"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(name, f"must be true or false, got {quote(getattr(self, name))}")
         if self.step_rule is not None:
@@ -299,6 +302,7 @@ class TrainConfig:
             num_features=self.num_features,
             standardize=self.standardize,
             loss=self.loss,
+            center=self.fit_intercept,
         )
 
     def straggler_model(self) -> StragglerModel:

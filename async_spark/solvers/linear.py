@@ -128,6 +128,7 @@ class TrainResult:
             "block_weights": self.block_weights,
             "standardize": self.config.standardize,
             "penalty_on": self.config.penalty_on,
+            "fit_intercept": self.config.fit_intercept,
             "l2": self.config.l2,
             "l1": self.config.l1,
             "batch_fraction": self.config.batch_fraction,
@@ -197,6 +198,7 @@ def build_model(config: TrainConfig, desc: DatasetDescriptor, source: Any = None
         l1=config.l1,
         penalty_scale=None if scale is None or config.penalty_on != "original" else scale,
         center=getattr(source, "center", None),  # standardized sparse columns, see data.transform
+        fit_intercept=config.fit_intercept,
     )
 
 
@@ -709,7 +711,11 @@ def _on_frame(
     _check_frame_run(True, spark, config, transport, engine_factory, resume)  # before any job
     assert config.partitions is not None
     source, desc = open_frame(
-        df, partitions=config.partitions, standardize=config.standardize, loss=config.loss
+        df,
+        partitions=config.partitions,
+        standardize=config.standardize,
+        loss=config.loss,
+        center=config.fit_intercept,
     )
     try:
         return train_linear(

@@ -29,6 +29,7 @@ ADDED = {
     "momentumDamping": None,
     "blockWeights": True,
     "tol": 1e-6,
+    "fitIntercept": True,
 }
 # Defaults changed since: a loaded Estimator keeps the default it was saved with (pyspark restores
 # the saved defaultParamMap: test_an_old_estimator_loads_with_its_params), a new one writes today's.

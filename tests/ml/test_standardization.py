@@ -57,3 +57,37 @@ def test_standardization_chooses_which_coefficients_are_penalized(mixed_scales, 
     np.testing.assert_allclose(
         model.coefficients.toArray(), expected, rtol=1e-3, atol=1e-4 * np.abs(expected).max()
     )
+
+
+@pytest.mark.parametrize("standardization", [True, False])
+def test_without_an_intercept_the_columns_are_scaled_only(mixed_scales, standardization):
+    """``fitIntercept=False``, as pyspark.ml: no intercept, and the columns scaled without
+    centering (centered columns would change a model that has no intercept to absorb the
+    shift). The columns here have mean 1, so a run that centered them would end elsewhere."""
+    X, y, df = mixed_scales
+    std = X.std(axis=0)
+
+    def no_intercept(A):
+        fit = LogisticRegression(
+            C=1 / (len(y) * REG), fit_intercept=False, tol=1e-12, max_iter=100_000
+        ).fit(A, y)
+        return fit.coef_[0]
+
+    expected = no_intercept(X / std) / std if standardization else no_intercept(X)
+    with_intercept = _sklearn(X / std, y) / std if standardization else _sklearn(X, y)
+    assert np.abs(expected - with_intercept).max() > 0.1 * np.abs(expected).max()
+    est = AsyncLogisticRegression(
+        regParam=REG,
+        standardization=standardization,
+        fitIntercept=False,
+        numPartitions=2,
+        tol=1e-10,
+        maxIter=500,
+    )
+    assert est.getFitIntercept() is False
+    model = est.fit(df)
+    assert model.intercept == 0.0
+    assert model.summary.stoppedBy in ("tolerance", "converged")  # not its update budget
+    np.testing.assert_allclose(
+        model.coefficients.toArray(), expected, rtol=1e-4, atol=1e-5 * np.abs(expected).max()
+    )

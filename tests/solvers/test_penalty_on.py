@@ -89,3 +89,63 @@ def test_momentum_without_a_prox_refuses_l1():
     with pytest.raises(ConfigError, match="prox"):
         TrainConfig(method="ag", l1=0.01).validate()
     TrainConfig(method="apg", l1=0.01).validate()
+
+
+@pytest.mark.parametrize("layout", ["dense", "sparse"])
+@pytest.mark.parametrize("method", ["lbfgs", "ag"])
+def test_without_an_intercept_the_scaled_columns_are_not_centered(
+    columns_of_many_scales, layout, method
+):
+    """``fit_intercept=False``: the intercept stays 0 and the columns are scaled only (dense
+    ones not centered on load, sparse ones not centered implicitly by the model), so the run
+    ends at the minimizer of the problem without an intercept on the scaled columns."""
+    import scipy.sparse as sp
+
+    X, y = columns_of_many_scales
+    if layout == "sparse":  # a third of the entries zero; the columns' means stay far from 0
+        keep = np.random.default_rng(5).random(X.shape) > 1 / 3
+        X = X * keep
+    std = X.std(axis=0)
+    fit = LogisticRegression(
+        C=1 / (len(y) * L2), fit_intercept=False, tol=1e-12, max_iter=100_000
+    ).fit(X / std, y)
+    w_star = fit.coef_[0] / std
+    f_star = _objective(X, y, w_star, 0.0, weights=std)
+    data = (sp.csr_matrix(X), y) if layout == "sparse" else (X, y)
+    cfg = TrainConfig(
+        data=data,
+        method=method,
+        l2=L2,
+        fit_intercept=False,
+        partitions=2,
+        max_updates=3000,
+        tol=1e-10,
+        eval_every=0.05,
+        quiet=True,
+    )
+    result = train_linear(cfg)
+    w, b = result.coefficients()
+    w = np.ravel(w)
+    assert result.model.fit_intercept is False and result.summary()["fit_intercept"] is False
+    assert np.ravel(b)[0] == 0.0
+    assert (_objective(X, y, w, 0.0, weights=std) - f_star) / f_star < 1e-6
+    np.testing.assert_allclose(w, w_star, rtol=1e-3, atol=1e-4 * np.abs(w_star).max())
+    assert result.final_objective == pytest.approx(f_star, rel=1e-6)
+
+
+def test_the_command_line_and_the_config_take_fit_intercept():
+    import argparse
+
+    from async_spark.cli.train import add_train_arguments, objective_line, train_configs
+    from async_spark.solvers.config import ConfigError
+
+    p = argparse.ArgumentParser()
+    add_train_arguments(p)
+    for argv, want in (([], True), (["--no-fit-intercept"], False), (["--fit-intercept"], True)):
+        args = p.parse_args(["--data", "builtin:breast_cancer", *argv])
+        assert [c.fit_intercept for c in train_configs(args)] == [want]
+    with pytest.raises(ConfigError, match="--fit-intercept must be true or false"):
+        TrainConfig(fit_intercept="no").validate()
+    row = dict(loss="logistic", l2=0.01, l1=0.0, standardize=True, penalty_on="standardized")
+    assert "no intercept" in objective_line({**row, "fit_intercept": False})
+    assert "intercept" not in objective_line(row)
