@@ -374,7 +374,9 @@ def _fit_rows(
     P = max(1, min(P, n))
     dense = None
     if d <= _DENSE_MAX_FEATURES and stats.nnz >= _DENSE_MIN_DENSITY * n * d:
-        dense = True  # dense blocks; standardization then also centers (better conditioning)
+        # dense blocks; standardization then also centers them (better conditioning), unless
+        # there is no intercept (fitIntercept=False: scaled only)
+        dense = True
     with ExitStack() as cleanup:
         try:
             if params.getTransport() == "resident":

@@ -82,7 +82,7 @@ def reference_optimum(
         "penalty_scale": _digest(model.penalty_scale),
         "gtol": gtol,
     }
-    if not getattr(model, "fit_intercept", True):  # (keys of runs with an intercept unchanged)
+    if not model.fit_intercept:  # (the keys of runs with an intercept stay as they were)
         key["fit_intercept"] = False
     path = None if cache is None else Path(cache)
     if path is not None and path.is_file():

@@ -37,17 +37,17 @@ def _sklearn(X, y):
     return fit.coef_[0], float(fit.intercept_[0])
 
 
-def _train(data, penalty_on, method, updates):
+def _train(data, penalty_on, method, updates, **options):
+    given = dict(batch_fraction=1.0, eval_every=1e9)
     cfg = TrainConfig(
         data=data,
         method=method,
         l2=L2,
         penalty_on=penalty_on,
         partitions=2,
-        batch_fraction=1.0,
         max_updates=updates,
-        eval_every=1e9,
         quiet=True,
+        **{**given, **options},
     )
     result = train_linear(cfg)
     w, b = result.coefficients()
@@ -112,22 +112,11 @@ def test_without_an_intercept_the_scaled_columns_are_not_centered(
     w_star = fit.coef_[0] / std
     f_star = _objective(X, y, w_star, 0.0, weights=std)
     data = (sp.csr_matrix(X), y) if layout == "sparse" else (X, y)
-    cfg = TrainConfig(
-        data=data,
-        method=method,
-        l2=L2,
-        fit_intercept=False,
-        partitions=2,
-        max_updates=3000,
-        tol=1e-10,
-        eval_every=0.05,
-        quiet=True,
+    result, w, b = _train(
+        data, "standardized", method, 3000, fit_intercept=False, tol=1e-10, eval_every=0.05
     )
-    result = train_linear(cfg)
-    w, b = result.coefficients()
-    w = np.ravel(w)
     assert result.model.fit_intercept is False and result.summary()["fit_intercept"] is False
-    assert np.ravel(b)[0] == 0.0
+    assert b == 0.0
     assert (_objective(X, y, w, 0.0, weights=std) - f_star) / f_star < 1e-6
     np.testing.assert_allclose(w, w_star, rtol=1e-3, atol=1e-4 * np.abs(w_star).max())
     assert result.final_objective == pytest.approx(f_star, rel=1e-6)
