@@ -127,6 +127,7 @@ def test_train_without_a_method_runs_lbfgs_and_says_why(spark, tmp_path, capsys)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["method"] == "lbfgs" and summary["stopped_by"] in ("converged", "tolerance")
     assert summary["method_choice"]["chose"] == "lbfgs"
+    assert summary["loss"] == "logistic" and summary["num_classes"] == 2  # --loss auto
     lines = capsys.readouterr().out.splitlines()
     assert method_line(summary) in lines
     assert method_line(summary).startswith("method: auto chose lbfgs (no option of the stochastic")
@@ -137,6 +138,21 @@ def test_train_without_a_method_runs_lbfgs_and_says_why(spark, tmp_path, capsys)
     assert summary["method"] == "asaga"
     assert summary["method_choice"]["why"] == "--step is an option of the stochastic methods"
     assert method_line({**summary, "method_choice": None}) is None
+
+
+@pytest.mark.spark
+def test_the_default_loss_is_softmax_for_ten_classes(spark, tmp_path, capsys):
+    """--loss auto (the default) on the ten digits trains the multinomial model, as pyspark.ml's
+    family="auto", and the objective line says so; the model has a row per class."""
+    out = tmp_path / "run"
+    argv = ["train", "--data", "builtin:digits", "--partitions", "2", "--quiet"]
+    assert main([*argv, "--max-updates", "30", "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["loss"] == "softmax" and summary["num_classes"] == 10
+    assert "objective: mean cross-entropy over 10 classes" in capsys.readouterr().out
+    with np.load(out / "model.npz", allow_pickle=False) as saved:
+        assert saved["weights"].shape == (10, 64) and saved["intercept"].shape == (10,)
+        np.testing.assert_array_equal(saved["classes"], np.arange(10.0))
 
 
 def test_the_objective_line_names_the_penalized_columns():

@@ -13,7 +13,7 @@ import functools
 import json
 import sys
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from async_spark.cli._common import parse_float, parse_int, spark_session
 from async_spark.cli.train import add_train_arguments, method_names, print_results, train_configs
@@ -146,7 +146,7 @@ def _run_calibration(args: argparse.Namespace) -> int:
             spark,
             source,
             desc,
-            loss=args.loss,
+            loss=cast(str, desc.loss),  # --loss, "auto" resolved by the labels
             method=methods[0],
             seed=args.seed,
             out=out,

@@ -82,7 +82,13 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         "halve an automatic SGD or momentum step on plateaus (the summary's step_safeguard "
         "lists each change)",
     )
-    p.add_argument("--loss", default="logistic", help="logistic | squares | softmax")
+    p.add_argument(
+        "--loss",
+        default="auto",
+        help="logistic | squares | softmax | auto: logistic for two label values, softmax for 3 "
+        "or more integer classes, as pyspark.ml's family='auto' (real-valued labels: give "
+        "squares)",
+    )
     from async_spark.solvers.config import LINEAR_METHODS
 
     p.add_argument(
@@ -625,7 +631,11 @@ def objective_line(summary: dict[str, Any]) -> str:
     (scikit-learn penalizes the raw columns' weights) must know which columns are penalized:
     on raw data whose scales differ the two optima are far apart."""
     loss = _LOSS_NAMES.get(summary["loss"], summary["loss"])
-    terms = [f"mean {loss}"]
+    classes = summary.get("num_classes")
+    terms = [
+        f"mean {loss}"
+        + (f" over {classes} classes" if summary["loss"] == "softmax" and classes else "")
+    ]
     if summary["l2"]:
         terms.append(f"{summary['l2']:g}/2 ||w||^2")
     if summary["l1"]:

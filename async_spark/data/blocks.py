@@ -88,6 +88,8 @@ class DatasetDescriptor:
     #: are small enough (d + 1 <= 1024 and 256 MiB in all), else the trace bound; None: measured
     #: on the driver over the blocks when a step size needs it.
     gram_max: tuple[float, float] | None = None
+    #: the loss the labels were checked and mapped for (``"auto"`` resolved); None: not checked.
+    loss: str | None = None
 
     @property
     def num_blocks(self) -> int:

@@ -23,6 +23,7 @@ from async_spark.data.transform import (
     ScanResult,
     TransformedSource,
     label_mapping,
+    resolve_loss,
     scan_blocks,
 )
 
@@ -179,8 +180,10 @@ def open_dataset(
         With ``standardize``, center the columns at all (default). False scales them only, dense
         or sparse, as pyspark.ml does for a model without an intercept: no intercept would absorb
         the shift, so centered columns would change the model.
-    loss : {"logistic", "squares", "softmax"} or None
-        Validate and map labels for this loss (see :mod:`async_spark.data.transform`).
+    loss : {"logistic", "squares", "softmax", "auto"} or None
+        Validate and map labels for this loss (see :mod:`async_spark.data.transform`); ``"auto"``
+        picks logistic or softmax from the labels (:func:`~.transform.resolve_loss`), and the
+        descriptor's ``loss`` says which.
     dense : bool or None
         Force dense (True) or CSR (False) blocks; None keeps the source's layout (CSR for
         LIBSVM, Parquet vectors and synthetic; dense for arrays and the small built-ins).
@@ -200,8 +203,8 @@ def open_dataset(
     P = _check_int("num_blocks", num_blocks, 1)
     if format not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
-    if loss is not None and loss not in LOSSES:
-        raise ValueError(f"loss must be one of {', '.join(LOSSES)} or None, got {loss!r}")
+    if loss is not None and loss not in (*LOSSES, "auto"):
+        raise ValueError(f"loss must be one of {', '.join(LOSSES)}, auto or None, got {loss!r}")
     if num_features is not None:
         num_features = _check_int("num_features", num_features, 1)
         limit = feature_limit(1)
@@ -317,6 +320,7 @@ def describe_scanned(
     ``implicit_center`` is False (a rescan that measures the rows uncentered); with ``center``
     False no column is centered (dense ones neither: a model without an intercept)."""
     final_sparse = sparse
+    loss = resolve_loss(loss, scan.labels, where)
     classes = label_mapping(loss, scan.labels, where)
     _check_model_fits(source, d, len(classes) if loss == "softmax" and classes else 1, where)
     mean = scale = shift = None
@@ -351,5 +355,6 @@ def describe_scanned(
         num_classes=None if classes is None else len(classes),
         max_row_norm_sq=float(max_norm),
         classes=classes,
+        loss=loss,
     )
     return source, desc

@@ -48,6 +48,7 @@ __all__ = [
     "block_moments",
     "label_mapping",
     "merge_moments",
+    "resolve_loss",
     "scan_blocks",
     "row_norms_sq",
 ]
@@ -163,6 +164,41 @@ def merge_moments(res: ScanResult, mean_b: np.ndarray, m2_b: np.ndarray, rows: i
     res.mean = ma + delta * (nb / (na + nb))
     res.m2 = qa + qb + delta * delta * (na * nb / (na + nb))
     res.count = na + nb
+
+
+def resolve_loss(loss: str | None, labels: np.ndarray | None, where: str) -> str | None:
+    """``loss`` as given, or for ``"auto"`` the classification loss the labels call for, as
+    pyspark.ml's ``family="auto"``: ``logistic`` for at most two label values (a single one is
+    then refused by :func:`label_mapping`), ``softmax`` for 3 to :data:`MAX_CLASSES` integer
+    classes.
+
+    Raises
+    ------
+    DataError
+        ``"auto"`` with labels that are not classes (real values, or too many distinct ones):
+        the message names ``where``, what it found, and the loss to ask for.
+    """
+    if loss != "auto":
+        return loss
+    if labels is not None and labels.size <= 2:
+        return "logistic"
+    if labels is not None and labels.size <= MAX_CLASSES and np.all(labels == np.round(labels)):
+        return "softmax"
+    if labels is None:
+        found = f"more than {MAX_DISTINCT_LABELS} distinct labels"
+    elif labels.size > MAX_CLASSES:
+        found = f"{labels.size} distinct labels (more than {MAX_CLASSES} classes)"
+    else:
+        found = f"the non-integer label {labels[labels != np.round(labels)][0]:g}"
+    message = (
+        f"{where}: loss 'auto' chooses logistic for 2 label values and softmax for 3 to "
+        f"{MAX_CLASSES} integer classes, found {found}"
+    )
+    raise DataError(
+        f"{message}; for real-valued labels use loss='squares'",
+        option="loss",
+        problem=f"{message}; for real-valued labels use {OPTION} squares",
+    )
 
 
 def label_mapping(

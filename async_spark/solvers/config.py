@@ -68,7 +68,9 @@ class TrainConfig:
     # an intercept per output (as pyspark.ml's fitIntercept); without one, standardization
     # scales the columns without centering them (nothing would absorb the shift)
     fit_intercept: bool = True
-    loss: str = "logistic"
+    # logistic | squares | softmax, or "auto" (the default, as pyspark.ml's family="auto"):
+    # logistic for two label values, softmax for more classes, read off the data (for_data)
+    loss: str = "auto"
     # a row of the method table, or "auto" (the default): validate() resolves it to one
     # (solvers.choice) and says why in ``chosen_by``
     method: str = AUTO
@@ -122,7 +124,7 @@ class TrainConfig:
         if self.method == AUTO:
             choice = choose_method(self)
             self.method, self.chosen_by = choice.method, choice.why
-        check_choice("loss", self.loss, LOSSES)
+        check_choice("loss", self.loss, (AUTO, *LOSSES))
         if self.format == "csv":
             raise ConfigError(
                 "format",
@@ -287,6 +289,17 @@ class TrainConfig:
         if self.momentum_damping is None:
             given["momentum_damping"] = row.damping if self.step == "auto" else 0.0
         return dataclasses.replace(self, **given) if given else self
+
+    def for_data(self, desc: Any) -> TrainConfig:
+        """This config with an ``"auto"`` loss resolved to the one the dataset was opened for
+        (``desc.loss``, from :meth:`open_data`)."""
+        if self.loss != AUTO:
+            return self
+        if getattr(desc, "loss", None) not in LOSSES:
+            raise ConfigError(
+                "loss", "is auto, but the dataset was opened without loss='auto': give the loss"
+            )
+        return dataclasses.replace(self, loss=desc.loss)
 
     def open_data(self) -> tuple[Any, Any]:
         """The run's dataset as ``(BlockSource, DatasetDescriptor)`` (see ``open_dataset``);

@@ -116,6 +116,7 @@ class TrainResult:
             if self.config.chosen_by is None
             else {"asked": AUTO, "chose": self.config.method, "why": self.config.chosen_by},
             "loss": self.config.loss,
+            "num_classes": self.descriptor.num_classes,
             "data": self.config.as_dict()["data"],
             "n": self.descriptor.n,
             "d": self.descriptor.d,
@@ -188,7 +189,9 @@ def build_model(config: TrainConfig, desc: DatasetDescriptor, source: Any = None
     """The run's model. When ``source`` divides the columns by a scale (standardization) and the
     penalty is on the original columns (``penalty_on="original"``), the penalty is rescaled column
     by column so that the trained model, mapped back to the original columns,
-    minimizes the problem as the user wrote it."""
+    minimizes the problem as the user wrote it. An ``"auto"`` loss is the one ``desc`` was opened
+    for (:meth:`~.config.TrainConfig.for_data`)."""
+    config = config.for_data(desc)
     scale = getattr(source, "scale", None)
     return LinearModel(
         loss=config.loss,
@@ -610,9 +613,9 @@ def train_linear(
         config = dataclasses.replace(config, partitions=dataset[1].num_blocks)
     config = config.for_session(spark).for_method()
     source, desc = config.open_data() if dataset is None else dataset
+    config = config.for_data(desc)  # an "auto" loss: the one the labels called for
     problem = Problem(build_model(config, desc, source), source, desc)
-    row = method(config.method)
-    family = row.family
+    family = (row := method(config.method)).family
     step, rule, safeguard = _step_and_rule(config, row, problem)
     current = _initial(problem, rule, safeguard, resume)
     # tasks compute losses only: the per-column penalty scale stays on the driver

@@ -52,6 +52,14 @@ LIBSVM_CASES = [
         {"loss": "softmax"},
         r"{f}: .*integer class labels, found 0.5",
     ),
+    (
+        "real-labels-auto",
+        GOOD + "0.25 1:1\n",
+        {"loss": "auto"},
+        r"{f}: loss 'auto' chooses .*found the non-integer label 0.25; for real-valued labels "
+        r"use loss='squares'",
+    ),
+    ("one-label-auto", "1 1:1\n1 2:1\n", {"loss": "auto"}, r"{f}: loss 'logistic' .*found 1 \(1\)"),
     ("compressed", None, {}, r"{f}: compressed files are not supported"),
 ]
 
@@ -224,7 +232,10 @@ def test_array_errors(tmp_path, case) -> None:
     [
         ({"num_blocks": 0}, r"num_blocks must be an integer >= 1, got 0"),
         ({"format": "csv"}, r"format must be one of auto, libsvm, parquet, got 'csv'"),
-        ({"loss": "hinge"}, r"loss must be one of logistic, squares, softmax or None, got 'hinge'"),
+        (
+            {"loss": "hinge"},
+            r"loss must be one of logistic, squares, softmax, auto or None, got 'hinge'",
+        ),
         ({"num_features": 0}, r"num_features must be an integer >= 1, got 0"),
         ({"dense": "yes"}, r"dense must be True, False or None"),
     ],

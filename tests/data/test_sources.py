@@ -241,6 +241,33 @@ def test_softmax_label_mapping(tmp_path) -> None:
     np.testing.assert_array_equal(_concat(src, 2)[1], y * 0.5)
 
 
+@pytest.mark.parametrize(
+    ("y", "loss", "classes"),
+    [
+        ([3, 1, 2, 3, 1, 2], "softmax", (1.0, 2.0, 3.0)),
+        ([-1, 1, 1, -1, 1, -1], "logistic", (-1.0, 1.0)),
+        ([5, 5, 7, 7, 5, 7], "logistic", (5.0, 7.0)),
+    ],
+)
+def test_loss_auto_follows_the_labels(tmp_path, y, loss, classes) -> None:
+    """loss="auto" (the command line's and TrainConfig's default) maps the labels as the loss it
+    picks would, and says which; the config takes that loss for the run."""
+    from async_spark.solvers import TrainConfig
+    from async_spark.solvers.linear import build_model
+
+    X, y = np.eye(6), np.array(y, dtype=float)
+    src, desc = open_dataset((X, y), 2, staging_dir=str(tmp_path), loss="auto")
+    _, named = open_dataset((X, y), 2, staging_dir=str(tmp_path), loss=loss)
+    assert desc.loss == loss and named.loss == loss
+    assert desc.classes == named.classes == classes
+    np.testing.assert_array_equal(_concat(src, 2)[1], np.searchsorted(classes, y))
+    config = TrainConfig(data=(X, y))
+    assert config.loss == "auto" and config.for_data(desc).loss == loss
+    assert build_model(config, desc).loss == loss
+    with pytest.raises(ValueError, match="loss is auto, but the dataset was opened without"):
+        config.for_data(open_dataset((X, y), 2, staging_dir=str(tmp_path))[1])
+
+
 def test_transformed_source_pickles_and_caches_by_content() -> None:
     from async_spark.data import clear_cache, get_block
 

@@ -13,7 +13,7 @@ from async_spark.solvers.validation import ConfigError, flag_name
 
 BAD = [
     (dict(method="adam"), "method", "must be one of auto, sgd"),
-    (dict(loss="hinge"), "loss", "must be one of logistic"),
+    (dict(loss="hinge"), "loss", "must be one of auto, logistic, squares, softmax"),
     (dict(step=-1.0), "step", "must be a finite number > 0"),
     (dict(step="fast"), "step", "must be a finite number > 0"),
     (dict(l2=-1e-3), "l2", "must be a finite number >= 0"),
