@@ -233,6 +233,12 @@ WORDS = [
         ["--batch-fraction", "(0, 1]", "got 2.0"],
     ),
     ("negative l2", None, ["--l2", "-1"], ["--l2", ">= 0", "got -1.0"]),
+    (
+        "num features below a built-in's",
+        None,
+        ["--data", "builtin:breast_cancer", "--num-features", "20"],
+        ["builtin:breast_cancer: rows of 30 features", "--num-features says 20"],
+    ),
     ("zero eval interval", None, ["--eval-every", "0"], ["--eval-every", "> 0"]),
     (
         "beta for a synchronous method",

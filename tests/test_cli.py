@@ -153,6 +153,15 @@ def test_the_default_loss_is_softmax_for_ten_classes(spark, tmp_path, capsys):
     with np.load(out / "model.npz", allow_pickle=False) as saved:
         assert saved["weights"].shape == (10, 64) and saved["intercept"].shape == (10,)
         np.testing.assert_array_equal(saved["classes"], np.arange(10.0))
+        W, b = saved["weights"], saved["intercept"]
+    # score reads the model back and agrees with the raw-scale weights applied by hand
+    from sklearn.datasets import load_digits
+
+    X, y = load_digits(return_X_y=True)
+    assert main(["score", "--model", str(out), "--data", "builtin:digits"]) == 0
+    result = json.loads(capsys.readouterr().out.splitlines()[-1].removeprefix("RESULT "))
+    assert result["loss"] == "softmax" and result["rows"] == len(y)
+    assert result["accuracy"] == np.mean(np.argmax(X @ W.T + b, axis=1) == y) > 0.9
 
 
 def test_the_objective_line_names_the_penalized_columns():
@@ -217,7 +226,7 @@ def test_help_names_every_option_and_its_default():
     parser = build_parser()
     assert "``" not in parser.format_help()
     (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    assert set(sub.choices) == {"train", "momentum", "plot", "emulate", "hylo"}
+    assert set(sub.choices) == {"train", "score", "momentum", "plot", "emulate", "hylo"}
     for name, command in sub.choices.items():
         assert command.formatter_class is HelpFormatter, name
         command.format_help()  # every help string formats (no stray %)

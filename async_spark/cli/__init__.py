@@ -6,6 +6,8 @@ Subcommands, one module each:
   synchronous and asynchronous) on Spark (:mod:`async_spark.cli.train`);
 - ``momentum`` — the stochastic momentum reproduction (rates, invariant covariance, W2;
   :mod:`async_spark.cli.momentum`);
+- ``score``    — a model written by ``train --out`` scored on other rows: accuracy, log loss, ROC
+  area, RMSE (:mod:`async_spark.cli.score`);
 - ``plot``     — figures of run directories (objective vs time and updates, staleness;
   :mod:`async_spark.cli.plot`);
 - ``emulate``  — the same training on P emulated workers in virtual time (a cluster emulator;
@@ -32,6 +34,7 @@ from async_spark.cli.emulate import add_emulate_arguments, run_emulate
 from async_spark.cli.hylo import add_hylo_arguments, add_spark_hylo_arguments, run_hylo
 from async_spark.cli.momentum import add_momentum_arguments, run_momentum
 from async_spark.cli.plot import add_plot_arguments, run_plot
+from async_spark.cli.score import add_score_arguments, run_score
 from async_spark.cli.tracking import add_tracking_arguments
 from async_spark.cli.train import add_train_arguments, run_train
 
@@ -59,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_train_arguments(train)
     add_tracking_arguments(train)
     add_momentum_arguments(command("momentum", "reproduce the stochastic momentum theory"))
+    add_score_arguments(
+        command("score", "a trained model's metrics on other rows (accuracy, log loss, RMSE, ...)")
+    )
     add_plot_arguments(
         command("plot", "plot runs written by train --out (objective, staleness, block times)")
     )
@@ -81,6 +87,7 @@ HANDLERS = {
     "momentum": run_momentum,
     "hylo": run_hylo,
     "plot": run_plot,
+    "score": run_score,
     "emulate": run_emulate,
 }
 

@@ -273,6 +273,12 @@ def open_dataset(
             f"{where.split(' column')[0]}: feature-count mismatch between parts: column"
             f" {features_column!r} has vectors of sizes {sorted(scan.widths)}"
         )
+    if num_features is not None and num_features != scan.width and _fixed_width(source):
+        raise DataError(
+            f"{where}: rows of {scan.width} features, num_features={num_features}",
+            option="num_features",
+            problem=f"{where}: rows of {scan.width} features, {OPTION} says {num_features}",
+        )
     d = num_features if num_features is not None else scan.width
     if d < 1:
         raise DataError(
@@ -298,6 +304,12 @@ def open_dataset(
         implicit_center=implicit_center,
         center=center,
     )
+
+
+def _fixed_width(source: BlockSource) -> bool:
+    """Whether every row of ``source`` has as many columns as its widest (a LIBSVM row lists
+    only its nonzero indices, so its width is a lower bound that ``num_features`` raises)."""
+    return not isinstance(source, LibsvmSource)
 
 
 def describe_scanned(

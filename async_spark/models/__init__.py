@@ -1,7 +1,7 @@
 """async_spark.models: losses and regularizers as pure numpy/scipy functions (no Spark).
 
 See :mod:`async_spark.models.linear` for the objective, the GLM trick and the flat parameter
-layout.
+layout; :mod:`async_spark.models.scoring` for a saved model's metrics on other rows.
 """
 
 from async_spark.models.linear import (
@@ -28,9 +28,13 @@ from async_spark.models.linear import (
     split_params,
     uniform_l2,
 )
+from async_spark.models.scoring import HeldOutScores, SavedLinearModel, read_saved_model
 
 __all__ = [
     "LOSSES",
+    "HeldOutScores",
+    "SavedLinearModel",
+    "read_saved_model",
     "LinearModel",
     "elastic_net",
     "init_params",
