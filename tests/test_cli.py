@@ -149,7 +149,10 @@ def test_the_default_loss_is_softmax_for_ten_classes(spark, tmp_path, capsys):
     assert main([*argv, "--max-updates", "30", "--out", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["loss"] == "softmax" and summary["num_classes"] == 10
-    assert "objective: mean cross-entropy over 10 classes" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "objective: mean cross-entropy over 10 classes" in printed
+    assert summary["loss_choice"] == {"asked": "auto", "chose": "softmax"}
+    assert "loss: auto chose softmax for the 10 integer label values" in printed
     with np.load(out / "model.npz", allow_pickle=False) as saved:
         assert saved["weights"].shape == (10, 64) and saved["intercept"].shape == (10,)
         np.testing.assert_array_equal(saved["classes"], np.arange(10.0))

@@ -2,8 +2,8 @@
 
 ``train --out DIR`` writes ``DIR/model.npz`` (weights on the raw columns); this reads it back
 without pickle and scores any data ``train`` reads (LIBSVM, Parquet, the built-ins), block by
-block in this process — the same single pass over the file that ``train`` makes on the driver
-before it starts Spark, so no Spark session is needed. The metrics are
+block in this process: the checking pass that ``train`` makes on the driver before it starts
+Spark, then the scoring pass, so no Spark session is needed. The metrics are
 :class:`async_spark.models.scoring.HeldOutScores`'s: accuracy, log loss and (two classes) the ROC
 area for a classifier; RMSE, MAE and R² for least squares. The last line is ``RESULT {json}``;
 ``--out FILE`` also writes the JSON, atomically.

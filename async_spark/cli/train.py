@@ -537,6 +537,18 @@ def method_line(summary: dict[str, Any]) -> str | None:
     )
 
 
+def loss_line(summary: dict[str, Any]) -> str | None:
+    """For a run whose loss ``auto`` made softmax: integer labels may be a numeric target
+    (counts, ratings), which the user must then name."""
+    choice = summary.get("loss_choice")
+    if not choice or choice["chose"] != "softmax":
+        return None
+    return (
+        f"loss: auto chose softmax for the {summary['num_classes']} integer label values, as "
+        "pyspark.ml's family='auto'; for a numeric target give --loss squares"
+    )
+
+
 def optimality_line(summary: dict[str, Any]) -> str | None:
     """How far the run's model is from the optimum, measured rather than guessed: the norm of
     the objective's gradient (with l1: its smallest subgradient) at the start and at the end,
@@ -616,7 +628,7 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
     if rows:
         print(objective_line(rows[0]))
     for r in rows:
-        for line in (method_line(r), optimality_line(r), convergence_hint(r)):
+        for line in (method_line(r), loss_line(r), optimality_line(r), convergence_hint(r)):
             if line is not None:
                 print(line)
     summary = {r["method"]: r["final_objective"] for r in rows}

@@ -28,7 +28,7 @@ import scipy.sparse as sp
 
 from async_spark.data.blocks import Block, BlockSource
 from async_spark.data.builtin import _block_bounds
-from async_spark.data.errors import DataError, rows_cannot_fill
+from async_spark.data.errors import OPTION, DataError, rows_cannot_fill
 from async_spark.data.libsvm import list_part_files
 
 __all__ = ["ParquetSource", "parquet_source", "decode_features", "decode_labels"]
@@ -103,9 +103,13 @@ def decode_features(
                 f" array length {int(lengths[bad[0]])} vs {width}"
             )
         if num_features is not None and width != num_features:
+            found = (
+                f"{path}: column {column!r}: feature-count mismatch, arrays have {width} features"
+            )
             raise DataError(
-                f"{path}: column {column!r}: feature-count mismatch, arrays have {width} features,"
-                f" expected {num_features}"
+                f"{found}, num_features={num_features}",
+                option="num_features",
+                problem=f"{found}, {OPTION} says {num_features}",
             )
         X = values.astype(np.float64).reshape(n, width)
         if not np.isfinite(X).all():
@@ -136,9 +140,16 @@ def decode_features(
     bad = np.flatnonzero(sizes != expect)
     if bad.size:
         r = int(bad[0])
-        raise DataError(
+        found = (
             f"{path}: column {column!r} row {row0 + r}: feature-count mismatch, vector size"
-            f" {int(sizes[r])} vs {expect}"
+            f" {int(sizes[r])}"
+        )
+        if num_features is None:
+            raise DataError(f"{found} vs {expect}")
+        raise DataError(
+            f"{found}, num_features={num_features}",
+            option="num_features",
+            problem=f"{found}, {OPTION} says {num_features}",
         )
     sparse_lengths = np.diff(i_off)
     bad = np.flatnonzero(~dense_rows & (sparse_lengths != lengths))

@@ -168,19 +168,23 @@ def merge_moments(res: ScanResult, mean_b: np.ndarray, m2_b: np.ndarray, rows: i
 
 def resolve_loss(loss: str | None, labels: np.ndarray | None, where: str) -> str | None:
     """``loss`` as given, or for ``"auto"`` the classification loss the labels call for, as
-    pyspark.ml's ``family="auto"``: ``logistic`` for at most two label values (a single one is
-    then refused by :func:`label_mapping`), ``softmax`` for 3 to :data:`MAX_CLASSES` integer
-    classes.
+    pyspark.ml's ``family="auto"``: ``logistic`` for two label values, ``softmax`` for 3 to
+    :data:`MAX_CLASSES` integer classes.
 
     Raises
     ------
     DataError
-        ``"auto"`` with labels that are not classes (real values, or too many distinct ones):
-        the message names ``where``, what it found, and the loss to ask for.
+        ``"auto"`` with labels that are not classes (one value, real values, or too many
+        distinct ones): the message names ``where``, what it found, and the loss to ask for.
     """
     if loss != "auto":
         return loss
-    if labels is not None and labels.size <= 2:
+    if labels is not None and labels.size < 2:
+        shown = ", ".join(f"{v:g}" for v in labels)
+        raise DataError(
+            f"{where}: loss 'auto' needs at least 2 label values, found {labels.size} ({shown})"
+        )
+    if labels is not None and labels.size == 2:
         return "logistic"
     if labels is not None and labels.size <= MAX_CLASSES and np.all(labels == np.round(labels)):
         return "softmax"

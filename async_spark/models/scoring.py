@@ -71,7 +71,9 @@ def read_saved_model(path: str | Path) -> SavedLinearModel:
         )
     if not (np.isfinite(W).all() and np.isfinite(b).all()):
         raise ValueError(f"{path}: the weights or the intercept are not finite")
-    if not classes:
+    if np.any(np.diff(classes) <= 0):
+        raise ValueError(f"{path}: classes must be distinct and increasing, got {classes[:10]}")
+    if not classes and weights.ndim == 1:
         loss, num_classes = "squares", None
     elif weights.ndim == 1 and len(classes) == 2:
         loss, num_classes = "logistic", None
@@ -79,7 +81,9 @@ def read_saved_model(path: str | Path) -> SavedLinearModel:
         loss, num_classes = "softmax", K
     else:
         raise ValueError(
-            f"{path}: {len(classes)} classes do not match weights of shape {weights.shape}"
+            f"{path}: {len(classes)} classes do not match weights of shape {weights.shape} (one "
+            "row with no class: least squares; one row, 2 classes: logistic; K rows, K classes: "
+            "softmax)"
         )
     model = LinearModel(loss=loss, num_features=d, num_classes=num_classes)
     theta = pack_params(model, W if loss == "softmax" else W[0], b if K > 1 else b[0])
@@ -95,6 +99,8 @@ class HeldOutScores:
         self._loss_sum = 0.0
         self._correct = 0
         self._abs_sum = 0.0
+        # the labels' sums about the first block's mean: exact R² for targets far from 0
+        self._y_shift: float | None = None
         self._y_sum = 0.0
         self._y_sq_sum = 0.0
         self._scores: list[np.ndarray] = []  # two classes: margins and labels, for the ROC area
@@ -110,8 +116,11 @@ class HeldOutScores:
             residual = z - y
             self._loss_sum += float(loss_values(model, z, y).sum())
             self._abs_sum += float(np.abs(residual).sum())
-            self._y_sum += float(y.sum())
-            self._y_sq_sum += float(np.dot(y, y))
+            if self._y_shift is None and y.size:
+                self._y_shift = float(y.mean())
+            centered = y - (self._y_shift or 0.0)
+            self._y_sum += float(centered.sum())
+            self._y_sq_sum += float(np.dot(centered, centered))
         else:
             index = self._class_index(y, where, first_row)
             self._loss_sum += float(loss_values(model, z, index.astype(np.float64)).sum())

@@ -117,6 +117,7 @@ class TrainConfig:
     transport: str = "resident"  # resident tasks (one Spark job per run) or one job per task
     extra: dict[str, Any] = field(default_factory=dict)
     chosen_by: str | None = None  # set by validate() when method was "auto": the rule's row
+    loss_chosen: bool = False  # set by for_data() when loss was "auto"
 
     def validate(self) -> TrainConfig:
         """Check every option once (one :class:`ConfigError` naming the first bad one)."""
@@ -292,14 +293,22 @@ class TrainConfig:
 
     def for_data(self, desc: Any) -> TrainConfig:
         """This config with an ``"auto"`` loss resolved to the one the dataset was opened for
-        (``desc.loss``, from :meth:`open_data`)."""
+        (``desc.loss``, from :meth:`open_data`; ``loss_chosen`` then says so). A loss named
+        explicitly must be the one the dataset's labels were mapped for, when they were."""
+        opened = getattr(desc, "loss", None)
         if self.loss != AUTO:
+            if opened is not None and opened != self.loss:
+                raise ConfigError(
+                    "loss",
+                    f"is {self.loss}, but the dataset's labels were mapped for {opened}: open "
+                    "the data with the run's loss",
+                )
             return self
-        if getattr(desc, "loss", None) not in LOSSES:
+        if opened not in LOSSES:
             raise ConfigError(
-                "loss", "is auto, but the dataset was opened without loss='auto': give the loss"
+                "loss", "is auto, but the dataset was opened with loss=None: give the loss"
             )
-        return dataclasses.replace(self, loss=desc.loss)
+        return dataclasses.replace(self, loss=opened, loss_chosen=True)
 
     def open_data(self) -> tuple[Any, Any]:
         """The run's dataset as ``(BlockSource, DatasetDescriptor)`` (see ``open_dataset``);

@@ -116,6 +116,9 @@ class TrainResult:
             if self.config.chosen_by is None
             else {"asked": AUTO, "chose": self.config.method, "why": self.config.chosen_by},
             "loss": self.config.loss,
+            "loss_choice": {"asked": AUTO, "chose": self.config.loss}
+            if self.config.loss_chosen
+            else None,
             "num_classes": self.descriptor.num_classes,
             "data": self.config.as_dict()["data"],
             "n": self.descriptor.n,

@@ -264,8 +264,14 @@ def test_loss_auto_follows_the_labels(tmp_path, y, loss, classes) -> None:
     config = TrainConfig(data=(X, y))
     assert config.loss == "auto" and config.for_data(desc).loss == loss
     assert build_model(config, desc).loss == loss
-    with pytest.raises(ValueError, match="loss is auto, but the dataset was opened without"):
+    assert config.for_data(desc).loss_chosen
+    with pytest.raises(ValueError, match="loss is auto, but the dataset was opened with loss=None"):
         config.for_data(open_dataset((X, y), 2, staging_dir=str(tmp_path))[1])
+    # a loss named explicitly must be the one the labels were mapped for
+    other = "softmax" if loss == "logistic" else "logistic"
+    with pytest.raises(ValueError, match=f"is {other}, but the dataset's labels were mapped for"):
+        TrainConfig(data=(X, y), loss=other).for_data(desc)
+    assert TrainConfig(data=(X, y), loss=loss).for_data(desc).loss_chosen is False
 
 
 def test_transformed_source_pickles_and_caches_by_content() -> None:

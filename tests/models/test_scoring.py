@@ -75,6 +75,11 @@ def test_multinomial_and_least_squares_metrics_match_scikit_learn(tmp_path) -> N
     assert got["rmse"] == pytest.approx(mean_squared_error(yt, predicted) ** 0.5, rel=1e-12)
     assert got["mae"] == pytest.approx(mean_absolute_error(yt, predicted), rel=1e-12)
     assert got["r2"] == pytest.approx(r2_score(yt, predicted), rel=1e-10)
+    # a target far from 0: R² from sums about a shift, not from sum y^2 - (sum y)^2 / n
+    offset = 1e8
+    _save(path, ridge.coef_, ridge.intercept_ + offset, [])
+    got = _scores(path, Xt, yt + offset, blocks=4)
+    assert got["r2"] == pytest.approx(r2_score(yt, predicted), rel=1e-6)
 
 
 def test_one_class_has_no_roc_area_and_unknown_labels_are_named(tmp_path) -> None:
@@ -86,6 +91,11 @@ def test_one_class_has_no_roc_area_and_unknown_labels_are_named(tmp_path) -> Non
     scores = HeldOutScores(read_saved_model(path))
     with pytest.raises(ValueError, match=r"test\.svm: row 12 has label 2, not one of the model's"):
         scores.add(X, np.array([0.0, 2.0, 1.0]), "test.svm", first_row=10)
+    _save(path, np.ones((3, 2)), np.zeros(3), [1, 4, 9])
+    scores = HeldOutScores(read_saved_model(path))
+    for label in (0.0, 2.0, 12.0):  # below, between and above the classes
+        with pytest.raises(ValueError, match=f"row 2 has label {label:g}, not one of"):
+            scores.add(X, np.array([4.0, label, 9.0]), "rows")
 
 
 @pytest.mark.parametrize(
@@ -96,6 +106,8 @@ def test_one_class_has_no_roc_area_and_unknown_labels_are_named(tmp_path) -> Non
         ({"weights": np.ones(3), "intercept": 0.0, "classes": [0, 1, 2]}, "3 classes do not"),
         ({"weights": np.array([1.0, np.nan]), "intercept": 0.0, "classes": [0, 1]}, "finite"),
         ({"weights": np.array(["a"]), "intercept": 0.0, "classes": [0, 1]}, "numeric"),
+        ({"weights": np.ones((2, 3)), "intercept": np.zeros(2), "classes": []}, "0 classes do"),
+        ({"weights": np.ones((3, 3)), "intercept": np.zeros(3), "classes": [2, 0, 1]}, "increas"),
     ],
 )
 def test_a_model_file_that_is_not_a_linear_model_is_refused(tmp_path, arrays, message) -> None:
@@ -141,3 +153,11 @@ def test_the_score_command_reads_libsvm_and_writes_its_json(tmp_path, capsys) ->
     assert main(["score", "--model", str(run), "--data", "builtin:breast_cancer"]) == 2
     err = capsys.readouterr().err
     assert "builtin:breast_cancer: rows of 30 features, the model" in err and "says 20" in err
+    import pandas as pd
+
+    table = tmp_path / "test.parquet"
+    pd.DataFrame({"features": list(X[:40]), "label": y[:40]}).to_parquet(table)
+    assert main(["score", "--model", str(run), "--data", str(table)]) == 2
+    err = capsys.readouterr().err
+    assert f"{table}: column 'features': feature-count mismatch, arrays have 30 features" in err
+    assert f"the model {run / 'model.npz'} says 20" in err
