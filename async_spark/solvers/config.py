@@ -306,7 +306,9 @@ class TrainConfig:
             return self
         if opened not in LOSSES:
             raise ConfigError(
-                "loss", "is auto, but the dataset was opened with loss=None: give the loss"
+                "loss",
+                "is auto, but the dataset was opened with loss=None (labels unchecked): open it "
+                "with loss='auto' or name the loss",
             )
         return dataclasses.replace(self, loss=opened, loss_chosen=True)
 

@@ -69,8 +69,8 @@ RUNS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 DATASETS: dict[str, tuple[str, int, dict[str, Any]]] = {
-    "cancer": ("builtin:breast_cancer", 3, dict(standardize=True)),
-    "sparse": ("builtin:synthetic?n=600&d=40&nnz=6&seed=3", 4, {}),
+    "cancer": ("builtin:breast_cancer", 3, dict(standardize=True, loss="logistic")),
+    "sparse": ("builtin:synthetic?n=600&d=40&nnz=6&seed=3", 4, dict(loss="logistic")),
     "digits": ("builtin:digits", 3, dict(standardize=True, loss="softmax")),
 }
 
