@@ -46,6 +46,11 @@ def read_saved_model(path: str | Path) -> SavedLinearModel:
     """
     path = Path(path)
     if path.is_dir():
+        runs = sorted(p.parent.name for p in path.glob(f"*/{MODEL_FILE}"))
+        if runs and not (path / MODEL_FILE).is_file():  # train --method a,b --out DIR
+            raise ValueError(
+                f"{path}: holds the runs {', '.join(runs)}; name one, e.g. {path / runs[0]}"
+            )
         path = path / MODEL_FILE
     if not path.is_file():
         raise ValueError(f"{path}: no such model file (train --out DIR writes DIR/{MODEL_FILE})")

@@ -127,6 +127,12 @@ def test_pickled_or_missing_model_files_are_refused(tmp_path) -> None:
         read_saved_model(tmp_path / "junk.npz")
     with pytest.raises(ValueError, match="no such model file"):
         read_saved_model(tmp_path / "elsewhere")
+    for method in ("saga", "asaga"):  # train --method saga,asaga --out DIR: one folder each
+        (tmp_path / "runs" / method).mkdir(parents=True)
+        _save(tmp_path / "runs" / method / "model.npz", np.ones(2), 0.0, [0, 1])
+    with pytest.raises(ValueError, match=r"runs: holds the runs asaga, saga; name one, e\.g\."):
+        read_saved_model(tmp_path / "runs")
+    assert read_saved_model(tmp_path / "runs" / "saga").model.loss == "logistic"
 
 
 def test_the_score_command_reads_libsvm_and_writes_its_json(tmp_path, capsys) -> None:
