@@ -48,6 +48,7 @@ from ._params import (
     _unit_interval,
     _word,
 )
+from .evaluation import AsyncClassificationSummary, with_output_columns
 from .summary import AsyncTrainingSummary
 
 __all__ = ["AsyncLogisticRegression", "AsyncLogisticRegressionModel"]
@@ -209,6 +210,27 @@ class AsyncLogisticRegressionModel(
                 "fitted model has one)"
             )
         return self._summary
+
+    def evaluate(self, dataset: Any) -> AsyncClassificationSummary:
+        """The model's metrics on ``dataset`` (features and labels), as pyspark.ml's
+        ``LogisticRegressionModel.evaluate``: accuracy, weighted precision, recall and F-measure,
+        log loss and (binomial) the ROC area, each computed on first use by pyspark.ml's
+        evaluators over ``transform(dataset)``."""
+        from ._fit import _check_columns
+
+        _check_columns(dataset, self.getFeaturesCol(), self.getLabelCol())
+        model = with_output_columns(self, ("rawPredictionCol", "probabilityCol", "predictionCol"))
+        columns = {
+            name: model.getOrDefault(name)
+            for name in (
+                "labelCol",
+                "featuresCol",
+                "predictionCol",
+                "probabilityCol",
+                "rawPredictionCol",
+            )
+        }
+        return AsyncClassificationSummary(model.transform(dataset), columns, self._num_classes)
 
     # --- prediction ---------------------------------------------------------------------------
 
@@ -448,4 +470,5 @@ class AsyncLogisticRegression(
             out.weights, out.intercepts, num_classes=K, multinomial=multinomial
         )
         model._summary = out.summary
+        out.summary.attach_metrics(lambda: model.evaluate(dataset))
         return self._copyValues(model)

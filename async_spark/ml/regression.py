@@ -24,6 +24,7 @@ from ._fit import _check_columns, fit_linear, fit_multiple, label_stats
 from ._io import LinearModelReader, LinearModelWriter
 from ._params import _AsyncLinearParams, _HasSetters
 from .classification import _margins
+from .evaluation import AsyncRegressionSummary, with_output_columns
 from .summary import AsyncTrainingSummary
 
 __all__ = ["AsyncLinearRegression", "AsyncLinearRegressionModel"]
@@ -91,6 +92,16 @@ class AsyncLinearRegressionModel(PredictionModel, _AsyncLinearParams, MLWritable
             return None if v is None else float(_margins(W, b, v)[0])
 
         return dataset.withColumn(out, F.udf(predict, DoubleType())(F.col(features)))
+
+    def evaluate(self, dataset: Any) -> AsyncRegressionSummary:
+        """The model's metrics on ``dataset`` (features and labels), as pyspark.ml's
+        ``LinearRegressionModel.evaluate``: RMSE, MSE, MAE, R² and explained variance, each
+        computed on first use by pyspark.ml's ``RegressionEvaluator`` over
+        ``transform(dataset)``."""
+        _check_columns(dataset, self.getFeaturesCol(), self.getLabelCol())
+        model = with_output_columns(self, ("predictionCol",))
+        columns = {n: model.getOrDefault(n) for n in ("labelCol", "featuresCol", "predictionCol")}
+        return AsyncRegressionSummary(model.transform(dataset), columns)
 
     def write(self) -> LinearModelWriter:
         return LinearModelWriter(self)
@@ -199,4 +210,5 @@ class AsyncLinearRegression(
         out = fit_linear(self, dataset, loss="squares", num_classes=None, stats=stats)
         model = AsyncLinearRegressionModel._from_arrays(out.weights, out.intercepts)
         model._summary = out.summary
+        out.summary.attach_metrics(lambda: model.evaluate(dataset))
         return self._copyValues(model)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,10 @@ class AsyncTrainingSummary:
     trace : list of dict
         One record per update (seconds, version, staleness, block, objective or None), as
         ``async-spark train --out`` writes to ``trace.jsonl``.
+    accuracy, weightedPrecision, areaUnderROC, logLoss, r2, rootMeanSquaredError, ... :
+        After a fit, the metrics of the model's predictions on the training DataFrame, as
+        pyspark.ml's training summaries have them: every attribute of the summary that
+        ``model.evaluate`` returns (:mod:`async_spark.ml.evaluation`), computed on first use.
     """
 
     def __init__(
@@ -60,6 +65,24 @@ class AsyncTrainingSummary:
         self.trajectory = trajectory
         self._run = run
         self.trace = trace
+        # the fitted model's evaluate() on the training DataFrame (set by the fit), made once
+        self._evaluate: Callable[[], Any] | None = None
+        self._metrics: Any = None
+
+    def attach_metrics(self, evaluate: Callable[[], Any]) -> None:
+        """Answer the attributes of the model's :meth:`evaluate` summary (``accuracy``,
+        ``areaUnderROC``, ``r2``, ...; :mod:`.evaluation`) for the training rows, as pyspark.ml's
+        training summaries do: ``evaluate()`` is called on first use of one of them."""
+        self._evaluate = evaluate
+
+    def __getattr__(self, name: str) -> Any:
+        # only attributes this class lacks reach here: the training rows' metrics, if attached
+        evaluate = self.__dict__.get("_evaluate")
+        if name.startswith("_") or evaluate is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        if self.__dict__.get("_metrics") is None:
+            self._metrics = evaluate()
+        return getattr(self._metrics, name)
 
     @classmethod
     def from_result(cls, result: Any) -> AsyncTrainingSummary:

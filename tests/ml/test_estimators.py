@@ -117,6 +117,47 @@ def test_fit_transform_columns_and_summary(fitted, assembled):
     assert strict.sum() < pred.sum()
 
 
+def test_evaluate_and_the_training_summary_have_pyspark_mls_metrics(fitted, assembled):
+    """model.evaluate(df) and model.summary answer pyspark.ml's summary metrics, equal to
+    scikit-learn's on the model's own margins (computed here from its coefficients)."""
+    from sklearn.metrics import (
+        accuracy_score,
+        fbeta_score,
+        log_loss,
+        precision_score,
+        roc_auc_score,
+    )
+
+    def rows(df):
+        got = df.select("features", "label").collect()
+        X = np.array([r.features.toArray() for r in got])
+        return X, np.array([r.label for r in got])
+
+    w, b = fitted.coefficients.toArray(), fitted.intercept
+    train, test = assembled
+    X, y = rows(test)
+    z = X @ w + b
+    p = 1.0 / (1.0 + np.exp(-z))
+    metrics = fitted.evaluate(test)
+    assert metrics.accuracy == pytest.approx(accuracy_score(y, z > 0), abs=1e-12)
+    assert metrics.areaUnderROC == pytest.approx(roc_auc_score(y, z), abs=1e-9)
+    assert metrics.logLoss == pytest.approx(log_loss(y, p), rel=1e-6)
+    assert metrics.weightedPrecision == pytest.approx(
+        precision_score(y, z > 0, average="weighted"), abs=1e-12
+    )
+    assert metrics.weightedFMeasure(2.0) == pytest.approx(
+        fbeta_score(y, z > 0, beta=2.0, average="weighted"), abs=1e-12
+    )
+    assert metrics.labels == [0.0, 1.0] and metrics.predictions.count() == len(y)
+    Xt, yt = rows(train)
+    assert fitted.summary.accuracy == pytest.approx(accuracy_score(yt, Xt @ w + b > 0), abs=1e-12)
+    with pytest.raises(AttributeError, match="has no attribute 'precisionAtRecall'"):
+        fitted.summary.precisionAtRecall  # noqa: B018
+    # output columns turned off: evaluate names its own
+    quiet = fitted.copy({fitted.predictionCol: "", fitted.probabilityCol: ""})
+    assert quiet.evaluate(test).accuracy == metrics.accuracy
+
+
 def test_the_summary_draws_the_figure(fitted, tmp_path):
     pytest.importorskip("matplotlib")
     png = fitted.summary.plot(tmp_path / "objective.png")
@@ -264,6 +305,10 @@ def test_multinomial_and_linear_regression(spark, tmp_path):
     out = m.transform(df)
     acc = MulticlassClassificationEvaluator(metricName="accuracy").evaluate(out)
     assert acc >= 0.95  # 0.953; scikit-learn's LogisticRegression gets 0.973
+    # evaluate() and the training summary answer pyspark.ml's summary metrics
+    assert m.evaluate(df).accuracy == acc and m.summary.accuracy == acc
+    with pytest.raises(AttributeError, match="areaUnderROC is a binary classifier's metric"):
+        m.evaluate(df).areaUnderROC  # noqa: B018
     first = out.select("features", "probability", "prediction").first()
     assert len(first.probability) == 3
     np.testing.assert_allclose(m.predictProbability(first.features), first.probability)
@@ -284,6 +329,12 @@ def test_multinomial_and_linear_regression(spark, tmp_path):
     pred = np.array([r.prediction for r in reg.transform(reg_df).select("prediction").collect()])
     best = np.sqrt(np.mean((A @ coef - X[:, 3]) ** 2))
     assert np.sqrt(np.mean((pred - X[:, 3]) ** 2)) < 1.5 * best
+    from sklearn.metrics import r2_score
+
+    metrics = reg.evaluate(reg_df)
+    assert metrics.rootMeanSquaredError == pytest.approx(np.sqrt(np.mean((pred - X[:, 3]) ** 2)))
+    assert metrics.r2 == pytest.approx(r2_score(X[:, 3], pred), rel=1e-9)
+    assert reg.summary.meanAbsoluteError == pytest.approx(np.mean(np.abs(pred - X[:, 3])))
     reg.save(str(tmp_path / "reg"))
     back_reg = AsyncLinearRegressionModel.load(str(tmp_path / "reg"))
     assert back_reg.intercept == reg.intercept
