@@ -470,5 +470,6 @@ class AsyncLogisticRegression(
             out.weights, out.intercepts, num_classes=K, multinomial=multinomial
         )
         model._summary = out.summary
-        out.summary.attach_metrics(lambda: model.evaluate(dataset))
-        return self._copyValues(model)
+        self._copyValues(model)
+        out.summary.attach_metrics(model.evaluate(dataset))  # the Params of the fit, lazily
+        return model

@@ -127,7 +127,7 @@ class AsyncClassificationSummary(_PredictionSummary):
 
     @property
     def areaUnderROC(self) -> float:
-        """Two classes only, as pyspark.ml's ``BinaryLogisticRegressionSummary``."""
+        """Two classes only, as pyspark.ml's ``BinaryLogisticRegressionSummary``; exact."""
         if self._num_classes != 2:
             raise AttributeError(
                 f"areaUnderROC is a binary classifier's metric; this model has "
@@ -135,23 +135,35 @@ class AsyncClassificationSummary(_PredictionSummary):
             )
         from pyspark.ml.evaluation import BinaryClassificationEvaluator
 
+        # scored by P(class 1), as pyspark.ml's summary (a multinomial model's raw margins of
+        # class 1 alone need not rank the rows as its probability does); exact (numBins=0),
+        # where pyspark.ml's summary bins the curve into 100 (an approximation above 200 rows)
         evaluator = BinaryClassificationEvaluator(
             metricName="areaUnderROC",
             labelCol=self.labelCol,
-            rawPredictionCol=self.rawPredictionCol,
+            rawPredictionCol=self.probabilityCol,
+            numBins=0,
         )
         return self._metric(evaluator, "areaUnderROC")
 
 
 class AsyncRegressionSummary(_PredictionSummary):
     """A regression model's metrics on one DataFrame (pyspark.ml's ``LinearRegressionSummary``),
-    each computed on first use by pyspark.ml's ``RegressionEvaluator``."""
+    each computed on first use by pyspark.ml's ``RegressionEvaluator``; for a model without an
+    intercept ``r2`` is the uncentered one (``1 - SSE / sum y^2``), as pyspark.ml's."""
+
+    def __init__(self, predictions: Any, columns: dict[str, str], through_origin: bool) -> None:
+        super().__init__(predictions, columns)
+        self._through_origin = through_origin
 
     def _regression(self, name: str) -> float:
         from pyspark.ml.evaluation import RegressionEvaluator
 
         evaluator = RegressionEvaluator(
-            metricName=cast(Any, name), labelCol=self.labelCol, predictionCol=self.predictionCol
+            metricName=cast(Any, name),
+            labelCol=self.labelCol,
+            predictionCol=self.predictionCol,
+            throughOrigin=self._through_origin,
         )
         return self._metric(evaluator, name)
 

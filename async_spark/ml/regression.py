@@ -101,7 +101,8 @@ class AsyncLinearRegressionModel(PredictionModel, _AsyncLinearParams, MLWritable
         _check_columns(dataset, self.getFeaturesCol(), self.getLabelCol())
         model = with_output_columns(self, ("predictionCol",))
         columns = {n: model.getOrDefault(n) for n in ("labelCol", "featuresCol", "predictionCol")}
-        return AsyncRegressionSummary(model.transform(dataset), columns)
+        through_origin = not self.getFitIntercept()
+        return AsyncRegressionSummary(model.transform(dataset), columns, through_origin)
 
     def write(self) -> LinearModelWriter:
         return LinearModelWriter(self)
@@ -210,5 +211,6 @@ class AsyncLinearRegression(
         out = fit_linear(self, dataset, loss="squares", num_classes=None, stats=stats)
         model = AsyncLinearRegressionModel._from_arrays(out.weights, out.intercepts)
         model._summary = out.summary
-        out.summary.attach_metrics(lambda: model.evaluate(dataset))
-        return self._copyValues(model)
+        self._copyValues(model)
+        out.summary.attach_metrics(model.evaluate(dataset))  # the Params of the fit, lazily
+        return model

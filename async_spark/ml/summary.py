@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,24 +64,26 @@ class AsyncTrainingSummary:
         self.trajectory = trajectory
         self._run = run
         self.trace = trace
-        # the fitted model's evaluate() on the training DataFrame (set by the fit), made once
-        self._evaluate: Callable[[], Any] | None = None
+        # the fitted model's evaluate() on the training DataFrame (set by the fit): its metrics
+        # are computed on first use
         self._metrics: Any = None
 
-    def attach_metrics(self, evaluate: Callable[[], Any]) -> None:
-        """Answer the attributes of the model's :meth:`evaluate` summary (``accuracy``,
-        ``areaUnderROC``, ``r2``, ...; :mod:`.evaluation`) for the training rows, as pyspark.ml's
-        training summaries do: ``evaluate()`` is called on first use of one of them."""
-        self._evaluate = evaluate
+    def attach_metrics(self, metrics: Any) -> None:
+        """Answer the attributes of ``metrics`` (the model's :meth:`evaluate` summary of the
+        training rows: ``accuracy``, ``areaUnderROC``, ``r2``, ...; :mod:`.evaluation`) as
+        pyspark.ml's training summaries do."""
+        self._metrics = metrics
 
     def __getattr__(self, name: str) -> Any:
         # only attributes this class lacks reach here: the training rows' metrics, if attached
-        evaluate = self.__dict__.get("_evaluate")
-        if name.startswith("_") or evaluate is None:
+        metrics = self.__dict__.get("_metrics")
+        if name.startswith("_") or metrics is None:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        if self.__dict__.get("_metrics") is None:
-            self._metrics = evaluate()
-        return getattr(self._metrics, name)
+        return getattr(metrics, name)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # the metrics hold the training DataFrame, which does not travel: the record does
+        return {**self.__dict__, "_metrics": None}
 
     @classmethod
     def from_result(cls, result: Any) -> AsyncTrainingSummary:

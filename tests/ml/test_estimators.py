@@ -153,6 +153,13 @@ def test_evaluate_and_the_training_summary_have_pyspark_mls_metrics(fitted, asse
     assert fitted.summary.accuracy == pytest.approx(accuracy_score(yt, Xt @ w + b > 0), abs=1e-12)
     with pytest.raises(AttributeError, match="has no attribute 'precisionAtRecall'"):
         fitted.summary.precisionAtRecall  # noqa: B018
+    # the record pickles without the training DataFrame (its metrics stay behind)
+    import pickle
+
+    back = pickle.loads(pickle.dumps(fitted.summary))
+    assert back.totalUpdates == fitted.summary.totalUpdates
+    with pytest.raises(AttributeError, match="has no attribute 'accuracy'"):
+        back.accuracy  # noqa: B018
     # output columns turned off: evaluate names its own
     quiet = fitted.copy({fitted.predictionCol: "", fitted.probabilityCol: ""})
     assert quiet.evaluate(test).accuracy == metrics.accuracy
@@ -335,6 +342,15 @@ def test_multinomial_and_linear_regression(spark, tmp_path):
     assert metrics.rootMeanSquaredError == pytest.approx(np.sqrt(np.mean((pred - X[:, 3]) ** 2)))
     assert metrics.r2 == pytest.approx(r2_score(X[:, 3], pred), rel=1e-9)
     assert reg.summary.meanAbsoluteError == pytest.approx(np.mean(np.abs(pred - X[:, 3])))
+    # without an intercept R² is the uncentered one, as pyspark.ml's summary (throughOrigin)
+    origin = AsyncLinearRegression(
+        fitIntercept=False, method="lbfgs", numPartitions=4, maxUpdates=50
+    ).fit(reg_df)
+    pred0 = np.array(
+        [r.prediction for r in origin.transform(reg_df).select("prediction").collect()]
+    )
+    uncentered = 1.0 - np.sum((pred0 - X[:, 3]) ** 2) / np.sum(X[:, 3] ** 2)
+    assert origin.summary.r2 == pytest.approx(uncentered, rel=1e-9)
     reg.save(str(tmp_path / "reg"))
     back_reg = AsyncLinearRegressionModel.load(str(tmp_path / "reg"))
     assert back_reg.intercept == reg.intercept
