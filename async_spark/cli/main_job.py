@@ -221,16 +221,12 @@ def held_out_rows(args: argparse.Namespace) -> tuple[Any, Any]:
 
 
 def accuracy(model_npz: Path, X: Any, y: Any) -> float:
-    """Accuracy of a saved binary logistic model (raw-scale weights) on ``(X, y)``."""
-    import numpy as np
+    """Accuracy of a saved classifier (raw-scale weights) on ``(X, y)``."""
+    from async_spark.models.scoring import HeldOutScores, read_saved_model
 
-    from async_spark.solvers.outputs import load_linear_model
-
-    m = load_linear_model(model_npz)
-    margin = X @ np.asarray(m["weights"]) + float(m["intercept"])
-    classes = np.asarray(m["classes"]) if len(m["classes"]) else np.array([0.0, 1.0])
-    predicted = np.where(margin > 0, classes[1], classes[0])
-    return float(np.mean(predicted == y))
+    scores = HeldOutScores(read_saved_model(model_npz))
+    scores.add(X, y, str(model_npz))
+    return float(scores.metrics()["accuracy"])
 
 
 def task_times(result: Any) -> dict[str, Any]:

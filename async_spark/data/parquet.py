@@ -78,6 +78,16 @@ def _flat_list(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return offsets, np.asarray(values)
 
 
+def _width_error(found: str, num_features: int) -> DataError:
+    """Rows of another width than ``num_features``: the error names the option (the command
+    line's ``--num-features``, or the model that ``score`` reads)."""
+    return DataError(
+        f"{found}, num_features={num_features}",
+        option="num_features",
+        problem=f"{found}, {OPTION} says {num_features}",
+    )
+
+
 def decode_features(
     arr: pa.Array, kind: str, *, path: str, column: str, row0: int, num_features: int | None
 ) -> tuple[sp.csr_matrix | np.ndarray, int]:
@@ -103,13 +113,9 @@ def decode_features(
                 f" array length {int(lengths[bad[0]])} vs {width}"
             )
         if num_features is not None and width != num_features:
-            found = (
-                f"{path}: column {column!r}: feature-count mismatch, arrays have {width} features"
-            )
-            raise DataError(
-                f"{found}, num_features={num_features}",
-                option="num_features",
-                problem=f"{found}, {OPTION} says {num_features}",
+            raise _width_error(
+                f"{path}: column {column!r}: feature-count mismatch, arrays have {width} features",
+                num_features,
             )
         X = values.astype(np.float64).reshape(n, width)
         if not np.isfinite(X).all():
@@ -146,11 +152,7 @@ def decode_features(
         )
         if num_features is None:
             raise DataError(f"{found} vs {expect}")
-        raise DataError(
-            f"{found}, num_features={num_features}",
-            option="num_features",
-            problem=f"{found}, {OPTION} says {num_features}",
-        )
+        raise _width_error(found, num_features)
     sparse_lengths = np.diff(i_off)
     bad = np.flatnonzero(~dense_rows & (sparse_lengths != lengths))
     if bad.size:

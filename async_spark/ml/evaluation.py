@@ -12,7 +12,6 @@ once per summary.
 
 from __future__ import annotations
 
-import functools
 from typing import Any, cast
 
 __all__ = ["AsyncClassificationSummary", "AsyncRegressionSummary"]
@@ -81,7 +80,7 @@ class AsyncClassificationSummary(_PredictionSummary):
     def rawPredictionCol(self) -> str:
         return self._columns["rawPredictionCol"]
 
-    @functools.cached_property
+    @property
     def labels(self) -> list[float]:
         """The class indices, 0.0 .. K-1 (pyspark.ml lists the labels it saw; this model's K)."""
         return [float(k) for k in range(self._num_classes)]
