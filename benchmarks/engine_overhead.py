@@ -230,14 +230,16 @@ class NullTransport(Transport):
 
 
 def run_transport(
-    make_transport, blocks: int, seconds: float, models: list, timed=None
+    make_transport, blocks: int, seconds: float, models: list, timed=None, counts=None
 ) -> tuple[float, float]:
     """(results/s, driver CPU microseconds per result) through the engine, fully asynchronous, a
     new model version published after every result; the transport's start and the first 2 P
-    results (Python workers warming up) are not timed."""
+    results (Python workers warming up) are not timed. ``counts`` (a dict) gets the timed
+    stretch's change in the transport's counters (tickets, socket writes)."""
     n = 0
+    transport = make_transport()
     with AsyncEngine(
-        make_transport(),
+        transport,
         vector_task,
         num_blocks=blocks,
         policy=Policy.asynchronous(),
@@ -252,6 +254,7 @@ def run_transport(
                 if timed is not None:
                     timed(True)
                 start, cpu = time.monotonic(), time.process_time()
+                before = dict(transport.counters())
             elif i >= warm:
                 n += 1
                 if time.monotonic() - start >= seconds:
@@ -259,6 +262,9 @@ def run_transport(
         elapsed, cpu = time.monotonic() - start, time.process_time() - cpu
         if timed is not None:
             timed(False)
+        if counts is not None:
+            after = transport.counters()
+            counts.update({k: after[k] - before.get(k, 0) for k in after})
     return n / elapsed, cpu / n * 1e6
 
 
@@ -430,10 +436,14 @@ def resident_runs(
     publishes and each run's (results/s, driver CPU microseconds per result)."""
     models = [np.random.default_rng(dim).standard_normal(dim) for _ in range(8)]
     run_transport(lambda: ResidentTransport(spark), blocks, seconds, models)  # warm
-    runs = [
-        run_transport(lambda: ResidentTransport(spark), blocks, seconds, models)
-        for _ in range(repeats)
-    ]
+    runs = []
+    for _ in range(repeats):
+        counts: dict[str, int] = {}
+        runs.append(
+            run_transport(lambda: ResidentTransport(spark), blocks, seconds, models, None, counts)
+        )
+        if counts.get("ticket_writes"):
+            print(f"  tickets per socket write: {counts['tickets'] / counts['ticket_writes']:.2f}")
     return models, runs
 
 

@@ -262,6 +262,9 @@ class AsyncEngine:
     def results(self, idle_timeout: float = 600.0) -> Iterator[TaskResult]:
         """Accepted results as they complete; dispatches new work as the policy allows.
 
+        Results that arrived together (:meth:`Transport.outcome_waiting`) are all yielded
+        before the next dispatch, which then serves every block they freed in one batch.
+
         Returns when :meth:`stop` is called. Raises :class:`EngineError` when every block has been
         given up, or when no result arrives for ``idle_timeout`` seconds with tasks in flight.
         """
@@ -269,7 +272,8 @@ class AsyncEngine:
             self.start()
         waited = 0.0
         while not self._stop.is_set():
-            self._dispatch()
+            if not self.transport.outcome_waiting():
+                self._dispatch()
             if self.core.in_flight == 0:
                 if self.core.live_blocks == 0:
                     raise EngineError(

@@ -581,6 +581,11 @@ class ResidentTransport(Transport):
         write per worker connection (:meth:`.TicketWriter.batch`)."""
         return self._tickets.batch()
 
+    def outcome_waiting(self) -> bool:
+        """Yes when results read off the sockets wait in :attr:`outcomes`: the engine takes
+        them all before dispatching, and each worker's new tickets go in one write."""
+        return not self.outcomes.empty()
+
     def cancel(self, ticket: TaskTicket) -> None:
         with self._lock:
             if ticket.task_id not in self._where:

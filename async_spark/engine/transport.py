@@ -87,6 +87,15 @@ class Transport(ABC):
         resident transport: one write per worker connection); by default each goes at once."""
         return contextlib.nullcontext()
 
+    def outcome_waiting(self) -> bool:
+        """Whether an outcome is already received, so that ``outcomes.get`` returns it without
+        waiting. The engine then takes it before it dispatches again: the results that arrived
+        together are all accounted (and published on) before one dispatch serves every block
+        they freed, inside :meth:`batch`. False by default (dispatch after every result): a
+        transport says yes only where waiting outcomes are real arrivals (the resident one),
+        not where ``outcomes`` computes them on demand (the emulator's virtual clock)."""
+        return False
+
     @abstractmethod
     def cancel(self, ticket: TaskTicket) -> None:
         """Best effort: a cancelled task reports ``CANCELLED`` (or its result, if it won the race)."""

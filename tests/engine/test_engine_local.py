@@ -95,6 +95,28 @@ def test_the_tickets_of_one_dispatch_go_to_the_transport_in_one_batch():
     assert with_batch.batched == 1  # the first dispatch (4 blocks); every other went alone
 
 
+class ArrivalsTransport(InstantTransport):
+    """An instant transport that says when outcomes wait, as the resident one does: the engine
+    takes every waiting result before it dispatches again."""
+
+    def outcome_waiting(self) -> bool:
+        return not self.outcomes.empty()
+
+
+def test_results_that_arrived_together_are_all_taken_before_one_joined_dispatch():
+    """With outcomes waiting, the engine accounts and yields each of them (the update rule
+    publishes after every one) and only then dispatches, once, inside one ``batch()``: every
+    freed block reads the version published after the last of them (dispatching after each
+    result would give [[0] * 4, [1], [2], [3], ...], one write per ticket)."""
+    assert _batches_on(ArrivalsTransport(), Policy.asynchronous(), 1, 12) == [
+        [0] * 4,
+        [4] * 4,
+        [8] * 4,
+    ]
+    # a synchronous round is the same either way
+    assert _batches_on(ArrivalsTransport(), Policy.sync(), 4, 12) == [[0] * 4, [1] * 4, [2] * 4]
+
+
 def test_every_block_failing_raises_with_the_last_error():
     def broken(block, model, args):
         raise ValueError(f"bad block {block}")

@@ -551,6 +551,30 @@ def test_a_workers_tickets_of_one_dispatch_travel_in_one_write(spark):
 
 
 @spark_only
+def test_results_that_arrived_together_free_their_blocks_in_one_write_per_worker(spark):
+    """4 blocks on 2 resident tasks, fully asynchronous, the update rule slower (30 ms) than
+    the tasks: while it runs, the other blocks' results arrive; the engine takes them all
+    before it dispatches, so a worker's two freed blocks get their tickets in one write (one
+    write per ticket when the engine dispatches after every result), each reading the
+    version published after the last of them."""
+    _register_by_value()
+    transport = ResidentTransport(spark, num_tasks=2)
+    staleness = []
+    with sleepy_engine(transport, model=0.0) as eng:
+        for n, r in enumerate(eng.results(), start=1):
+            staleness.append(r.staleness)
+            time.sleep(0.03)
+            eng.publish(float(n))
+            if n == 40:
+                break
+        assert eng.core.accounting_closes()
+    stats = transport.stats
+    assert stats["ticket_writes"] <= 0.75 * stats["tickets"], stats
+    # a batch of 4 results read one version: their staleness is 0, 1, 2, 3 in arrival order
+    assert max(staleness) >= 2 and min(staleness) == 0
+
+
+@spark_only
 def test_async_run_echoes_every_version_exactly_through_deltas(spark):
     _register_by_value()
     transport = ResidentTransport(spark, max_versions=3)
