@@ -235,7 +235,8 @@ def run_transport(
     """(results/s, driver CPU microseconds per result) through the engine, fully asynchronous, a
     new model version published after every result; the transport's start and the first 2 P
     results (Python workers warming up) are not timed. ``counts`` (a dict) gets the timed
-    stretch's change in the transport's counters (tickets, socket writes)."""
+    stretch's change in the transport's counters (tickets, socket writes) and the seconds the
+    engine's ``close`` took (``close_seconds``: telling the workers to leave, the job's end)."""
     n = 0
     transport = make_transport()
     with AsyncEngine(
@@ -265,6 +266,9 @@ def run_transport(
         if counts is not None:
             after = transport.counters()
             counts.update({k: after[k] - before.get(k, 0) for k in after})
+            closing = time.monotonic()
+            eng.close()
+            counts["close_seconds"] = time.monotonic() - closing
     return n / elapsed, cpu / n * 1e6
 
 
@@ -443,7 +447,10 @@ def resident_runs(
             run_transport(lambda: ResidentTransport(spark), blocks, seconds, models, None, counts)
         )
         if counts.get("ticket_writes"):
-            print(f"  tickets per socket write: {counts['tickets'] / counts['ticket_writes']:.2f}")
+            print(
+                f"  tickets per socket write: {counts['tickets'] / counts['ticket_writes']:.2f}; "
+                f"the engine's close took {counts['close_seconds']:.3f} s"
+            )
     return models, runs
 
 

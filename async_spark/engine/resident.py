@@ -66,6 +66,7 @@ from .resident_conn import (
     configured_local_socket,
     no_worker_error,
     socket_kind,
+    stop_listening,
 )
 from .resident_job import ResidentJob, configured_connect_timeout
 from .resident_poll import OutcomeQueue, SocketPoller
@@ -482,7 +483,7 @@ class ResidentTransport(Transport):
         finally:
             if self._server is not None:
                 try:
-                    self._server.close()
+                    stop_listening(self._server)
                 except OSError:
                     pass
             if self._local is not None:

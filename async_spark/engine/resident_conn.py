@@ -214,9 +214,19 @@ class LocalServer:
 
     def close(self) -> None:
         try:
-            self.server.close()
+            stop_listening(self.server)
         finally:
             shutil.rmtree(os.path.dirname(self.path), ignore_errors=True)
+
+
+def stop_listening(server: socket.socket) -> None:
+    """Close a listening socket and wake the thread blocked in its ``accept`` now (on Linux a
+    ``close`` alone leaves it blocked until its timeout: half a second of every run's end)."""
+    try:
+        server.shutdown(socket.SHUT_RDWR)
+    except OSError:  # not listening, or already shut
+        pass
+    server.close()
 
 
 def sweep_orphans(prefix: str, parent: str | None = None) -> int:

@@ -25,7 +25,12 @@ import pytest
 
 from async_spark.engine import AsyncEngine, LocalTransport, Policy, StragglerModel, wire
 from async_spark.engine.resident import ResidentTransport
-from async_spark.engine.resident_conn import LocalServer, configured_local_socket, sweep_orphans
+from async_spark.engine.resident_conn import (
+    LocalServer,
+    configured_local_socket,
+    stop_listening,
+    sweep_orphans,
+)
 from async_spark.engine.resident_job import ResidentJob
 from async_spark.engine.resident_worker import (
     WorkerConfig,
@@ -461,6 +466,36 @@ def test_a_killed_drivers_socket_directory_is_swept_by_the_next_one(tmp_path):
     server.close()
 
 
+@pytest.mark.parametrize("family", ["tcp", "unix"])
+def test_stop_listening_wakes_a_thread_blocked_in_accept(family, tmp_path):
+    """The transport's accept threads wait in ``accept`` with a timeout; closing their listener
+    must end them at once, not at the timeout (a plain ``close`` leaves ``accept`` blocked on
+    Linux: the end of every run waited for it). Here the timeout is 30 s and the thread must be
+    gone within 5."""
+    if family == "tcp":
+        server = socket.create_server(("127.0.0.1", 0))
+    else:
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(str(tmp_path / "s"))
+        server.listen()
+    server.settimeout(30.0)
+    ended = []
+
+    def accept() -> None:
+        try:
+            server.accept()
+        except OSError as exc:
+            ended.append(type(exc).__name__)
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    time.sleep(0.2)  # blocked in accept
+    stop_listening(server)
+    thread.join(5.0)
+    assert not thread.is_alive() and ended, ended
+    assert server.fileno() == -1  # closed
+
+
 def test_the_local_socket_conf(monkeypatch):
     monkeypatch.delenv("SPARK_ASYNC_SPARK_RESIDENT_LOCALSOCKET", raising=False)
     assert configured_local_socket(None) is True
@@ -552,13 +587,14 @@ def test_a_workers_tickets_of_one_dispatch_travel_in_one_write(spark):
 
 @spark_only
 def test_results_that_arrived_together_free_their_blocks_in_one_write_per_worker(spark):
-    """4 blocks on 2 resident tasks, fully asynchronous, the update rule slower (30 ms) than
-    the tasks: while it runs, the other blocks' results arrive; the engine takes them all
-    before it dispatches, so a worker's two freed blocks get their tickets in one write (one
-    write per ticket when the engine dispatches after every result), each reading the
-    version published after the last of them."""
+    """4 blocks on 1 resident task, fully asynchronous, the update rule (30 ms) slower than the
+    worker's 4 tasks (2 ms each, one after the other): while it handles one result, the others
+    arrive. The engine takes every result already read before it dispatches, so the blocks they
+    freed get their tickets in one write (about 2 writes per 4 tickets; one write per ticket
+    when the engine dispatches after every result), each reading the version published after
+    the last of them."""
     _register_by_value()
-    transport = ResidentTransport(spark, num_tasks=2)
+    transport = ResidentTransport(spark, num_tasks=1)
     staleness = []
     with sleepy_engine(transport, model=0.0) as eng:
         for n, r in enumerate(eng.results(), start=1):
@@ -570,7 +606,7 @@ def test_results_that_arrived_together_free_their_blocks_in_one_write_per_worker
         assert eng.core.accounting_closes()
     stats = transport.stats
     assert stats["ticket_writes"] <= 0.75 * stats["tickets"], stats
-    # a batch of 4 results read one version: their staleness is 0, 1, 2, 3 in arrival order
+    # the results of one batch read one version: their staleness is 0, 1, 2 in arrival order
     assert max(staleness) >= 2 and min(staleness) == 0
 
 
