@@ -3,7 +3,8 @@
 All snapshots of a run are evaluated in **one** Spark job over the blocks (each task computes the
 loss of every snapshot on its cached block), in the scheduler pool ``eval``, after training or in
 a side thread; so measuring never slows the run it measures. Without Spark the same code runs
-in-process. On a Spark Connect session (no SparkContext, no broadcast) the job is a ``mapInArrow``
+in-process. On a Spark Connect session (no SparkContext, no broadcast), and after a run on the
+resident transport (whose Arrow Python workers hold the blocks), the job is a ``mapInArrow``
 over ``spark.range(P, numPartitions=P)``, the snapshots travelling in its closure (in chunks of at
 most 16 MiB). When the blocks are a DataFrame's partitions (:mod:`async_spark.data.frame`), the
 job is a ``mapInArrow`` over that DataFrame, each task reading its own partition.
@@ -48,7 +49,9 @@ class Evaluator:
     pool : str
         FAIR scheduler pool of the evaluation jobs.
     spark : SparkSession, optional
-        A Spark Connect session (used when ``sc`` is None): one ``mapInArrow`` job per chunk.
+        Evaluate with one ``mapInArrow`` job per chunk on this session: a Spark Connect one
+        (``sc`` None), or a classic one whose Arrow Python workers hold the blocks (after a run on
+        the resident transport; ``sc`` then sets the jobs' pool and description).
     """
 
     def __init__(
@@ -61,13 +64,15 @@ class Evaluator:
         spark: Any = None,
     ) -> None:
         self.source = source
-        self.spark = spark if sc is None else None
+        self.spark = spark
         self.model = model
         self.n = n
         self.sc = sc
         self.pool = pool
         self._rdd = (
-            None if sc is None else sc.parallelize(range(source.num_blocks), source.num_blocks)
+            None
+            if sc is None or spark is not None
+            else sc.parallelize(range(source.num_blocks), source.num_blocks)
         )
 
     def objectives(self, thetas: np.ndarray | list[np.ndarray]) -> np.ndarray:
@@ -133,7 +138,7 @@ class Evaluator:
         if frame_of(source) is not None:  # a DataFrame's partitions: read where they live
             parts = frame_loss_sums(source, model, thetas, gradients)
         elif self.spark is not None:
-            parts = self._connect_loss_sums(thetas, gradients)
+            parts = self._arrow_loss_sums(thetas, gradients)
         elif self.sc is None:
             parts = list(
                 snapshot_losses(source, model, thetas, range(source.num_blocks), gradients)
@@ -154,7 +159,7 @@ class Evaluator:
                 sc.setJobDescription(None)
         return _blocks_total(parts, self.n)
 
-    def _connect_loss_sums(
+    def _arrow_loss_sums(
         self, thetas: np.ndarray, gradients: tuple[int, ...]
     ) -> list[tuple[np.ndarray, int]]:
         P = self.source.num_blocks
@@ -162,9 +167,20 @@ class Evaluator:
         function = _ArrowLosses(self.source, self.model, np.ascontiguousarray(thetas), gradients)
         frame = spark.range(P, numPartitions=P).mapInArrow(function, _LOSSES_SCHEMA)
         count = len(thetas) + len(gradients) * thetas.shape[1]
+        sc = self.sc
+        if sc is not None:
+            previous = sc.getLocalProperty("spark.scheduler.pool")
+            sc.setLocalProperty("spark.scheduler.pool", self.pool)
+            sc.setJobDescription(f"evaluate {len(thetas)} snapshot(s)")
+        try:
+            rows = frame.collect()
+        finally:
+            if sc is not None:
+                sc.setLocalProperty("spark.scheduler.pool", previous)
+                sc.setJobDescription(None)
         return [
             (np.frombuffer(row["sums"], dtype=np.float64, count=count), int(row["rows"]))
-            for row in frame.collect()
+            for row in rows
         ]
 
 

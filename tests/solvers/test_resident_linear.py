@@ -131,5 +131,32 @@ def test_the_workers_evaluate_a_snapshot_exactly_as_the_evaluation_job_does(spar
         transport.close()
     by_job = Evaluator(source, model, desc.n, sc=spark.sparkContext).objectives(thetas)
     np.testing.assert_array_equal(by_workers, by_job)  # the same sums, in the same order
+    # the Arrow job that follows a resident run (in its Python workers) sums the same way
+    by_arrow = Evaluator(source, model, desc.n, sc=spark.sparkContext, spark=spark)
+    assert by_arrow._rdd is None
+    np.testing.assert_array_equal(by_arrow.objectives(thetas), by_job)
     with pytest.raises(EvaluationUnavailable, match="closed"):
         WorkerEvaluator(transport, model, desc.n, desc.num_blocks).objectives(thetas[:1])
+
+
+def test_after_a_resident_run_the_evaluation_job_is_an_arrow_one(spark, cancer):
+    """Spark keeps the Arrow tasks' Python workers (the resident job's) apart from the RDD
+    tasks'; the evaluation after a resident run is a mapInArrow job, so that it runs in the
+    run's warm workers instead of starting new ones. After a run of one job per task it stays
+    an RDD job, in that run's workers."""
+    from types import SimpleNamespace
+
+    from async_spark.engine.resident import ResidentTransport
+    from async_spark.engine.spark import SparkTransport
+    from async_spark.models.linear import LinearModel
+    from async_spark.solvers.linear import _evaluator
+    from async_spark.solvers.methods import Problem
+
+    source, desc = cancer
+    problem = Problem(LinearModel("logistic", desc.d, l2=1e-2), source, desc)
+    resident = SimpleNamespace(transport=ResidentTransport(spark))
+    jobs = SimpleNamespace(transport=SparkTransport(spark.sparkContext))
+    after_resident = _evaluator(spark, problem, resident)
+    after_jobs = _evaluator(spark, problem, jobs)
+    assert after_resident.spark is spark and after_resident._rdd is None
+    assert after_jobs.spark is None and after_jobs._rdd is not None
