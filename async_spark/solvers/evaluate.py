@@ -12,9 +12,10 @@ job is a ``mapInArrow`` over that DataFrame, each task reading its own partition
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -144,20 +145,32 @@ class Evaluator:
                 snapshot_losses(source, model, thetas, range(source.num_blocks), gradients)
             )
         else:
-            sc = self.sc
-            previous = sc.getLocalProperty("spark.scheduler.pool")
-            sc.setLocalProperty("spark.scheduler.pool", self.pool)
-            sc.setJobDescription(f"evaluate {len(thetas)} snapshot(s)")
-            bc = sc.broadcast(thetas)
+            bc = self.sc.broadcast(thetas)
             try:
-                parts = self._rdd.mapPartitions(  # type: ignore[union-attr]
-                    lambda it: snapshot_losses(source, model, bc.value, it, gradients)
-                ).collect()
+                with self._job(len(thetas)):
+                    parts = self._rdd.mapPartitions(  # type: ignore[union-attr]
+                        lambda it: snapshot_losses(source, model, bc.value, it, gradients)
+                    ).collect()
             finally:
                 bc.destroy(blocking=False)
-                sc.setLocalProperty("spark.scheduler.pool", previous)
-                sc.setJobDescription(None)
         return _blocks_total(parts, self.n)
+
+    @contextlib.contextmanager
+    def _job(self, snapshots: int) -> Iterator[None]:
+        """The evaluation job's pool and description, on a classic session (Spark Connect has
+        no local properties); the caller's pool is restored after."""
+        sc = self.sc
+        if sc is None:
+            yield
+            return
+        previous = sc.getLocalProperty("spark.scheduler.pool")
+        sc.setLocalProperty("spark.scheduler.pool", self.pool)
+        sc.setJobDescription(f"evaluate {snapshots} snapshot(s)")
+        try:
+            yield
+        finally:
+            sc.setLocalProperty("spark.scheduler.pool", previous)
+            sc.setJobDescription(None)
 
     def _arrow_loss_sums(
         self, thetas: np.ndarray, gradients: tuple[int, ...]
@@ -167,17 +180,8 @@ class Evaluator:
         function = _ArrowLosses(self.source, self.model, np.ascontiguousarray(thetas), gradients)
         frame = spark.range(P, numPartitions=P).mapInArrow(function, _LOSSES_SCHEMA)
         count = len(thetas) + len(gradients) * thetas.shape[1]
-        sc = self.sc
-        if sc is not None:
-            previous = sc.getLocalProperty("spark.scheduler.pool")
-            sc.setLocalProperty("spark.scheduler.pool", self.pool)
-            sc.setJobDescription(f"evaluate {len(thetas)} snapshot(s)")
-        try:
+        with self._job(len(thetas)):
             rows = frame.collect()
-        finally:
-            if sc is not None:
-                sc.setLocalProperty("spark.scheduler.pool", previous)
-                sc.setJobDescription(None)
         return [
             (np.frombuffer(row["sums"], dtype=np.float64, count=count), int(row["rows"]))
             for row in rows

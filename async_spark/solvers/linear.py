@@ -463,7 +463,7 @@ def _engine_maker(
     return make
 
 
-def _evaluator(spark: Any, problem: Problem, transport: Any = None) -> Evaluator:
+def _evaluator(spark: Any, problem: Problem, engine: Any = None) -> Evaluator:
     """The objective of snapshots, evaluated on Spark (classic or Connect) or in this process.
 
     After a run on the resident transport the evaluation is a ``mapInArrow`` job, as the run's
@@ -475,7 +475,7 @@ def _evaluator(spark: Any, problem: Problem, transport: Any = None) -> Evaluator
 
     connect = is_connect(spark)
     sc = None if spark is None or connect else spark.sparkContext
-    arrow = connect or isinstance(getattr(transport, "transport", None), ResidentTransport)
+    arrow = connect or isinstance(getattr(engine, "transport", None), ResidentTransport)
     return Evaluator(
         problem.source, problem.model, problem.desc.n, sc=sc, spark=spark if arrow else None
     )
