@@ -321,14 +321,14 @@ def describe_scanned(
     standardize: bool,
     loss: str | None,
     where: str,
-    rescan: Callable[[BlockSource], ScanResult] = scan_blocks,
+    rescan: Callable[[BlockSource], ScanResult] | None = scan_blocks,
     implicit_center: bool = True,
     center: bool = True,
 ) -> tuple[BlockSource, DatasetDescriptor]:
     """The tail of :func:`open_dataset`, shared by every kind of source once it is scanned: map
     the labels for ``loss``, check that the model fits, standardize (the column scales from the
-    scan's moments; ``rescan`` measures the standardized rows' norms) and describe the result.
-    Standardized sparse columns are centered implicitly (``TransformedSource.center``) unless
+    scan's moments; ``rescan`` measures the standardized rows' norms; None measures nothing:
+    ``max_row_norm_sq`` is then None) and describe the result. Standardized sparse columns are centered implicitly (``TransformedSource.center``) unless
     ``implicit_center`` is False (a rescan that measures the rows uncentered); with ``center``
     False no column is centered (dense ones neither: a model without an intercept)."""
     final_sparse = sparse
@@ -352,9 +352,11 @@ def describe_scanned(
     label_map = None if identity else classes
     if label_map is not None or scale is not None:
         source = TransformedSource(source, label_map, mean, scale, shift)
-    max_norm = scan.max_row_norm_sq
+    max_norm: float | None = scan.max_row_norm_sq
     nnz = scan.nnz
-    if standardize:
+    if rescan is None:  # not measured: the rows' norms as trained are unknown
+        max_norm = None
+    elif standardize:
         after = rescan(source)
         max_norm, nnz = after.max_row_norm_sq, after.nnz
     desc = DatasetDescriptor(
@@ -365,7 +367,7 @@ def describe_scanned(
         sparse=bool(final_sparse),
         nnz=int(nnz),
         num_classes=None if classes is None else len(classes),
-        max_row_norm_sq=float(max_norm),
+        max_row_norm_sq=None if max_norm is None else float(max_norm),
         classes=classes,
         loss=loss,
     )

@@ -74,6 +74,9 @@ _SCAN_SCHEMA = pa.schema(
         ("m2", pa.binary()),  # float64 bytes of the centered second moments
         ("row_norm_sq_sum", pa.float64()),
         ("gram", pa.binary()),  # float64 bytes of sum (x_i, 1)(x_i, 1)^T; null past GRAM_COLUMNS
+        ("label_min", pa.float64()),
+        ("label_max", pa.float64()),
+        ("label_non_integer", pa.int64()),  # labels with a fractional part
         ("error", pa.string()),
     ]
 )
@@ -283,6 +286,9 @@ class _Scan:
             "max_row_norm_sq": float(norms.max()) if rows else 0.0,
             "row_norm_sq_sum": float(norms.sum()),
         }
+        if rows:
+            out["label_min"], out["label_max"] = float(y.min()), float(y.max())
+            out["label_non_integer"] = int(np.count_nonzero(y != np.floor(y)))
         if self.gram and width + 1 <= GRAM_COLUMNS:
             out["gram"] = augmented_gram(X).tobytes()
         labels = np.unique(y)
@@ -381,6 +387,9 @@ def scan_frame(
                 if res.labels.size > MAX_DISTINCT_LABELS:
                     res.labels = None
         res.row_norm_sq_sum += float(r["row_norm_sq_sum"])
+        res.label_min = min(res.label_min, float(r["label_min"]))
+        res.label_max = max(res.label_max, float(r["label_max"]))
+        res.label_non_integer += int(r["label_non_integer"])
         if grams_complete:
             g = np.frombuffer(r["gram"], dtype=np.float64).reshape(
                 int(r["width"]) + 1, int(r["width"]) + 1
@@ -406,6 +415,9 @@ def open_frame(
     loss: str | None = None,
     dense: bool | None = None,
     center: bool = True,
+    on_scan: Callable[[ScanResult], bool | None] | None = None,
+    fewer_rows_ok: bool = False,
+    measure_rows: bool = True,
 ) -> tuple[BlockSource, DatasetDescriptor]:
     """Describe ``df``'s two columns as ``partitions`` blocks read where they live.
 
@@ -413,7 +425,16 @@ def open_frame(
     a file; the prepared (repartitioned, cached) DataFrame stays in this process for the run's
     jobs (:func:`frame_of`; :func:`release` forgets it). With ``standardize``, dense columns are
     centered unless ``center`` is False (a model without an intercept); sparse ones are scaled
-    only."""
+    only.
+
+    ``on_scan`` is called with the first pass's statistics (the rows as read: sizes, labels'
+    range, nonzeros) before anything else is decided, so a caller checks its labels and picks
+    the blocks' layout without a job of its own: it may raise, and it returns the layout (True
+    dense, False CSR, None as ``dense`` says). ``fewer_rows_ok``: fewer rows than ``partitions``
+    leave some partitions empty (no block) instead of being an error. ``measure_rows=False``
+    skips the job that measures the rows as trained (their largest norm and Gram matrix, which
+    only the automatic steps of the stochastic and momentum methods read): the descriptor's
+    ``max_row_norm_sq`` and ``gram_max`` are then None."""
     from async_spark.data.dataset import describe_scanned  # the shared tail of open_dataset
 
     for column in (features, label):
@@ -425,7 +446,10 @@ def open_frame(
     _frames[source.frame_id] = frame
     try:
         scan = scan_frame(frame, source, moments=standardize)
-        if scan.n < partitions:
+        if on_scan is not None:
+            layout = on_scan(scan)
+            dense = dense if layout is None else layout
+        if scan.n < (1 if fewer_rows_ok else partitions):
             raise rows_cannot_fill("the DataFrame", scan.n, partitions)
         if scan.width < 1:
             raise DataError(f"DataFrame column {features!r}: no features (every vector is empty)")
@@ -475,8 +499,10 @@ def open_frame(
             loss=loss,
             where=f"DataFrame column {label!r}",
             center=center,
-            rescan=rescan,
+            rescan=rescan if measure_rows else None,
         )
+        if not measure_rows:
+            return out, desc
         if gram and final[0].gram is None:
             final[0] = scan_frame(frame, source, gram=True)
         return out, dataclasses.replace(desc, gram_max=gram_max(final[0]))

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,6 +97,10 @@ class ScanResult:
     gram: np.ndarray | None = None
     row_norm_sq_sum: float = 0.0
     partitions: list[int] = field(default_factory=list)  # a DataFrame's: each block's partition
+    #: the labels' range and how many have a fractional part (a DataFrame's scan)
+    label_min: float = math.inf
+    label_max: float = -math.inf
+    label_non_integer: int = 0
 
     @property
     def n(self) -> int:

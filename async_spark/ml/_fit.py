@@ -30,9 +30,10 @@ import os
 import shutil
 import tempfile
 import warnings
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -41,17 +42,19 @@ from async_spark.data.blocks import BlockSource, DatasetDescriptor, private_dire
 from async_spark.data.dataset import open_dataset
 from async_spark.data.errors import DataError
 from async_spark.data.frame import open_frame, release
-from async_spark.data.transform import MAX_CLASSES
+from async_spark.data.transform import MAX_CLASSES, ScanResult
 from async_spark.engine.connect import default_parallelism, is_connect
 from async_spark.engine.session import check_executors
+from async_spark.solvers.choice import AUTO, choose_method
 from async_spark.solvers.config import ConfigError, TrainConfig
 from async_spark.solvers.linear import TrainResult, train_linear
+from async_spark.solvers.methods import reads_curvature
 from async_spark.solvers.outputs import original_scale
 
 from ._params import ParamValueError, _AsyncLinearParams, _param_name
 from .summary import AsyncTrainingSummary
 
-__all__ = ["FitOutput", "LabelStats", "fit_linear", "label_stats"]
+__all__ = ["FitOutput", "LabelStats", "Problem", "fit_linear", "label_stats"]
 
 _DENSE_MAX_FEATURES = 4096
 _DENSE_MIN_DENSITY = 0.25
@@ -59,7 +62,9 @@ _DENSE_MIN_DENSITY = 0.25
 
 @dataclass
 class LabelStats:
-    """One aggregation over the training DataFrame."""
+    """What a fit checks before it trains: rows, the labels' range and integrality, the
+    features' nonzeros and width (from the first pass over the frame's partitions, or one
+    aggregation for the job transport)."""
 
     n: int
     min: float
@@ -69,6 +74,22 @@ class LabelStats:
     d: int
     meta_classes: int | None
 
+    @classmethod
+    def from_scan(cls, scan: ScanResult, meta_classes: int | None) -> LabelStats:
+        return cls(
+            n=scan.n,
+            min=scan.label_min,
+            max=scan.label_max,
+            non_integer=scan.label_non_integer,
+            nnz=scan.nnz,
+            d=scan.width,
+            meta_classes=meta_classes,
+        )
+
+
+#: what a fit trains, from its data's LabelStats: the loss and, for softmax, the classes
+Problem = Callable[[LabelStats], tuple[str, "int | None"]]
+
 
 @dataclass
 class FitOutput:
@@ -76,6 +97,8 @@ class FitOutput:
     intercepts: np.ndarray  # (K,)
     summary: AsyncTrainingSummary
     result: TrainResult
+    loss: str  # what the Problem chose
+    num_classes: int | None
 
 
 def _check_columns(dataset: Any, features: str, label: str | None) -> None:
@@ -132,7 +155,7 @@ def label_stats(dataset: Any, features: str, label: str) -> LabelStats:
         Summarizer.metrics("numNonZeros").summary(F.col(features)).alias("s"),
     ).first()
     if row is None or not row["n"]:
-        raise ValueError("fit: the DataFrame has no rows")
+        _no_rows()
     if row["bad"]:
         raise ValueError(f"labelCol: column {label!r} has {row['bad']} null or NaN label(s)")
     nz = row["s"]["numNonZeros"]
@@ -145,6 +168,18 @@ def label_stats(dataset: Any, features: str, label: str) -> LabelStats:
         d=int(nz.size),
         meta_classes=_meta_num_classes(dataset, label),
     )
+
+
+def _no_rows() -> NoReturn:
+    raise ValueError("fit: the DataFrame has no rows")
+
+
+def _layout(stats: LabelStats) -> bool | None:
+    """Dense blocks for dense enough data of moderate width (standardization then also centers
+    them: better conditioning, unless there is no intercept); None: the column's own layout."""
+    if stats.d <= _DENSE_MAX_FEATURES and stats.nnz >= _DENSE_MIN_DENSITY * stats.n * stats.d:
+        return True
+    return None
 
 
 def classes_for(stats: LabelStats, label: str) -> int:
@@ -192,21 +227,46 @@ def _two_columns(params: _AsyncLinearParams, dataset: Any) -> Any:
 
 
 def _open_partitions(
-    params: _AsyncLinearParams, dataset: Any, P: int, dense: bool | None, cleanup: ExitStack
+    params: _AsyncLinearParams,
+    dataset: Any,
+    P: int,
+    on_stats: Callable[[LabelStats], bool | None],
+    cleanup: ExitStack,
 ) -> tuple[BlockSource, DatasetDescriptor, str]:
     """The DataFrame's own partitions as the blocks (the resident transport): repartitioned to
     P and cached, described by one Spark job (two when standardizing), each resident task
-    decoding its partition; nothing is staged and no row reaches the driver."""
+    decoding its partition; nothing is staged and no row reaches the driver. The first job's
+    statistics go to ``on_stats``, which checks them and returns the blocks' layout (a fit runs
+    no job of its own for its checks); with fewer rows than P, the empty partitions are no
+    blocks."""
+    meta_classes = _meta_num_classes(dataset, params.getLabelCol())
+
+    def on_scan(scan: ScanResult) -> bool | None:
+        return on_stats(LabelStats.from_scan(scan, meta_classes))
+
     source, desc = open_frame(
         _two_columns(params, dataset),
         partitions=P,
         standardize=True,  # always scaled; the penalty follows standardization
         loss=None,
-        dense=dense,
         center=params.getFitIntercept(),  # without an intercept: scaled only, as pyspark.ml
+        on_scan=on_scan,
+        fewer_rows_ok=True,
+        measure_rows=_reads_curvature(params),
     )
     cleanup.callback(release, source)
     return source, desc, f"DataFrame ({P} partitions)"
+
+
+def _reads_curvature(params: _AsyncLinearParams) -> bool:
+    """Whether the fit's method (``auto`` resolved as the run will) may read the rows' measured
+    curvature: L-BFGS, the default, does not, so its fit skips the job that measures it."""
+    config = _train_config(params, "auto", 1, "")
+    try:
+        name = choose_method(config).method if config.method == AUTO else config.method
+        return reads_curvature(name)
+    except (ConfigError, ValueError):
+        return True  # a bad combination: the run refuses it, with its own message
 
 
 def _open_staged(
@@ -266,23 +326,16 @@ def _train_config(params: _AsyncLinearParams, loss: str, partitions: int, data: 
     )
 
 
-def fit_linear(
-    params: _AsyncLinearParams,
-    dataset: Any,
-    *,
-    loss: str,
-    num_classes: int | None,
-    stats: LabelStats,
-) -> FitOutput:
-    """Stage ``dataset``, train with :func:`train_linear` on its session, undo the scaling.
+def fit_linear(params: _AsyncLinearParams, dataset: Any, *, problem: Problem) -> FitOutput:
+    """Open ``dataset`` as blocks, train with :func:`train_linear` on its session, undo the
+    scaling.
 
     Parameters
     ----------
-    loss : {"logistic", "softmax", "squares"}
-    num_classes : int or None
-        K for softmax.
-    stats : LabelStats
-        From :func:`label_stats` on the same DataFrame.
+    problem : Problem
+        Called once with the data's :class:`LabelStats` (before any training): raises for
+        labels the Estimator cannot train on, else returns the loss (``"logistic"``,
+        ``"softmax"`` or ``"squares"``) and, for softmax, the number of classes.
     """
     params._check_combinations()
     run = None
@@ -295,7 +348,7 @@ def fit_linear(
             parent_run_id=getattr(params, "_mlflow_parent_run_id", None),
         )
     try:
-        out = _fit_rows(params, dataset, loss=loss, num_classes=num_classes, stats=stats)
+        out = _fit_rows(params, dataset, problem)
     except BaseException as exc:
         if run is not None:
             run.end("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
@@ -356,33 +409,34 @@ def _log_fit(run: Any, params: _AsyncLinearParams, out: FitOutput) -> None:
             pass
 
 
-def _fit_rows(
-    params: _AsyncLinearParams,
-    dataset: Any,
-    *,
-    loss: str,
-    num_classes: int | None,
-    stats: LabelStats,
-) -> FitOutput:
+def _fit_rows(params: _AsyncLinearParams, dataset: Any, problem: Problem) -> FitOutput:
     spark = dataset.sparkSession
+    features, label = params.getFeaturesCol(), params.getLabelCol()
+    _check_columns(dataset, features, label)
     # Before any Python task: executors without the project fail here, in seconds, with the fix
     # (once per session: a CrossValidator's fits and a notebook's refits do not pay it again).
     check_executors(spark)
     _staging_root(params)  # the Param is checked whichever transport stages (or not)
-    n, d = stats.n, stats.d
     P = params.getNumPartitions() or default_parallelism(spark)
-    P = max(1, min(P, n))
-    dense = None
-    if d <= _DENSE_MAX_FEATURES and stats.nnz >= _DENSE_MIN_DENSITY * n * d:
-        # dense blocks; standardization then also centers them (better conditioning), unless
-        # there is no intercept (fitIntercept=False: scaled only)
-        dense = True
+    chosen: list[tuple[str, int | None]] = []
+
+    def on_stats(stats: LabelStats) -> bool | None:
+        if not stats.n:
+            _no_rows()
+        chosen.append(problem(stats))
+        return _layout(stats)
+
     with ExitStack() as cleanup:
         try:
             if params.getTransport() == "resident":
-                source, desc, data = _open_partitions(params, dataset, P, dense, cleanup)
+                source, desc, data = _open_partitions(params, dataset, P, on_stats, cleanup)
             else:
-                source, desc, data = _open_staged(params, dataset, P, dense, (n, d), cleanup)
+                stats = label_stats(dataset, features, label)
+                dense = on_stats(stats)
+                P = max(1, min(P, stats.n))
+                shape = (stats.n, stats.d)
+                source, desc, data = _open_staged(params, dataset, P, dense, shape, cleanup)
+            loss, num_classes = chosen[0]
             if loss == "softmax":
                 assert num_classes is not None
                 classes = tuple(float(k) for k in range(num_classes))
@@ -405,4 +459,5 @@ def _fit_rows(
         W, b = original_scale(result.model, result.theta, source)
     except FloatingPointError as exc:
         raise FloatingPointError(f"{exc} (stepSize)") from None
-    return FitOutput(W, b, AsyncTrainingSummary.from_result(result), result)
+    summary = AsyncTrainingSummary.from_result(result)
+    return FitOutput(W, b, summary, result, loss, num_classes)

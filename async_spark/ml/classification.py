@@ -37,7 +37,7 @@ from pyspark.ml.param.shared import HasThreshold
 from pyspark.ml.util import DefaultParamsReadable, DefaultParamsWritable, MLReadable, MLWritable
 from scipy.special import expit, softmax
 
-from ._fit import classes_for, fit_linear, fit_multiple, label_stats
+from ._fit import LabelStats, classes_for, fit_linear, fit_multiple
 from ._io import LinearModelReader, LinearModelWriter
 from ._params import (
     ParamValueError,
@@ -442,10 +442,9 @@ class AsyncLogisticRegression(
         """As pyspark.ml's, and the fits' MLflow runs nest under the caller's active run."""
         return fit_multiple(self, dataset, paramMaps)
 
-    def _fit(self, dataset: Any) -> AsyncLogisticRegressionModel:
-        self._check_combinations()
+    def _problem(self, stats: LabelStats) -> tuple[str, int | None]:
+        """The loss and classes for the data's labels (checked as pyspark.ml checks them)."""
         label = self.getLabelCol()
-        stats = label_stats(dataset, self.getFeaturesCol(), label)
         K = classes_for(stats, label)
         family = self.getFamily()
         if family == "binomial" and K > 2:
@@ -453,21 +452,21 @@ class AsyncLogisticRegression(
                 f"family='binomial' needs labels 0 and 1, found {K} classes in column "
                 f"{label!r}; use family='multinomial' or 'auto'"
             )
-        multinomial = family == "multinomial" or (family == "auto" and K > 2)
         if self.isDefined(self.thresholds) and len(self.getOrDefault(self.thresholds)) != K:
             raise ParamValueError(
                 f"thresholds must have one value per class ({K}), got "
                 f"{len(self.getOrDefault(self.thresholds))}"
             )
-        out = fit_linear(
-            self,
-            dataset,
-            loss="softmax" if multinomial else "logistic",
-            num_classes=K if multinomial else None,
-            stats=stats,
-        )
+        if family == "multinomial" or (family == "auto" and K > 2):
+            return "softmax", K
+        return "logistic", None
+
+    def _fit(self, dataset: Any) -> AsyncLogisticRegressionModel:
+        self._check_combinations()
+        out = fit_linear(self, dataset, problem=self._problem)
+        K = out.num_classes or 2
         model = AsyncLogisticRegressionModel._from_arrays(
-            out.weights, out.intercepts, num_classes=K, multinomial=multinomial
+            out.weights, out.intercepts, num_classes=K, multinomial=out.loss == "softmax"
         )
         model._summary = out.summary
         self._copyValues(model)

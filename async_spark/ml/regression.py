@@ -20,7 +20,7 @@ from pyspark.ml.base import PredictionModel, Predictor
 from pyspark.ml.linalg import DenseVector, Vector
 from pyspark.ml.util import DefaultParamsReadable, DefaultParamsWritable, MLReadable, MLWritable
 
-from ._fit import _check_columns, fit_linear, fit_multiple, label_stats
+from ._fit import _check_columns, fit_linear, fit_multiple
 from ._io import LinearModelReader, LinearModelWriter
 from ._params import _AsyncLinearParams, _HasSetters
 from .classification import _margins
@@ -207,8 +207,7 @@ class AsyncLinearRegression(
 
     def _fit(self, dataset: Any) -> AsyncLinearRegressionModel:
         self._check_combinations()
-        stats = label_stats(dataset, self.getFeaturesCol(), self.getLabelCol())
-        out = fit_linear(self, dataset, loss="squares", num_classes=None, stats=stats)
+        out = fit_linear(self, dataset, problem=lambda stats: ("squares", None))
         model = AsyncLinearRegressionModel._from_arrays(out.weights, out.intercepts)
         model._summary = out.summary
         self._copyValues(model)

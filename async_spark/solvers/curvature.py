@@ -36,6 +36,11 @@ def gram_max_eigenvalue(
     pass; otherwise power iteration (``iters``, ``tol``, ``seed``)."""
     if desc.gram_max is not None:
         return desc.gram_max[1 if intercept else 0]
+    if desc.max_row_norm_sq is None:  # a frame opened with measure_rows=False
+        raise RuntimeError(
+            f"the Gram matrix's largest eigenvalue of {desc.dataset_id} was not measured "
+            "(open_frame(..., measure_rows=True))"
+        )
     center = getattr(source, "center", None)
     if not desc.sparse and desc.d <= EXACT_GRAM_MAX_D:
         return _exact(source, desc, intercept, center)

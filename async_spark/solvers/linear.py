@@ -53,7 +53,7 @@ from .choice import AUTO
 from .config import TrainConfig
 from .evaluate import Evaluator, WorkerEvaluator
 from .loop import BlockShares, Current, Limits, LoopEnd, Messages, run_updates
-from .methods import Dispatch, Method, Problem, Setup, StepChoice, method
+from .methods import Dispatch, Method, Problem, Setup, StepChoice, method, reads_curvature
 from .recording import Recorder, RunRecord
 from .safeguard import StepSafeguard
 from .validation import ConfigError
@@ -730,6 +730,7 @@ def _on_frame(
         standardize=config.standardize,
         loss=config.loss,
         center=config.fit_intercept,
+        measure_rows=reads_curvature(config.method),  # not for L-BFGS (the default)
     )
     try:
         return train_linear(

@@ -58,6 +58,7 @@ __all__ = [
     "Setup",
     "StepChoice",
     "method",
+    "reads_curvature",
 ]
 
 
@@ -142,6 +143,10 @@ class Family(Protocol):
     #: update is the block's gradient alone (SGD, momentum); not SAGA, whose table keeps every
     #: block's last gradient, nor DC-ASGD, whose compensation is kept as published
     weighs_blocks: bool
+    #: whether ``choose_step`` reads the rows' curvature from the descriptor
+    #: (``max_row_norm_sq``, ``gram_max``): a DataFrame's partitions measure it in one more job
+    #: only for these (:func:`reads_curvature`)
+    reads_curvature: bool
 
     def choose_step(self, problem: Problem, setup: Setup) -> StepChoice: ...
 
@@ -177,6 +182,7 @@ class _RunsToTheBudget:
     reads_losses = False
     needs_every_block = False
     weighs_blocks = False
+    reads_curvature = True
 
     def weighted(self, message: Any, weight: float) -> Any:
         raise TypeError(f"{type(self).__name__} does not weigh its blocks' results")
@@ -206,12 +212,17 @@ def _safe_step(kind: str, problem: Problem, setup: Setup) -> float:
     if setup.step != "auto":
         return float(setup.step)
     model, source, desc = problem
+    if desc.max_row_norm_sq is None:  # a frame opened with measure_rows=False
+        raise RuntimeError(
+            f"the automatic {kind} step needs the rows' norms, which {desc.dataset_id} did not "
+            "measure (open_frame(..., measure_rows=True))"
+        )
     if setup.synchronous:
         # A synchronous update averages b N rows: the mini-batch step (larger, still safe).
         return auto_step(
             kind,
             model,
-            float(desc.max_row_norm_sq or 0.0),
+            float(desc.max_row_norm_sq),
             n=desc.n,
             batch=setup.batch_fraction * desc.n,
             gram_max=gram_max_eigenvalue(source, desc, intercept=model.fit_intercept),
@@ -221,7 +232,7 @@ def _safe_step(kind: str, problem: Problem, setup: Setup) -> float:
     return asynchronous_step(
         kind,
         model,
-        float(desc.max_row_norm_sq or 0.0),
+        float(desc.max_row_norm_sq),
         n=desc.n,
         batch=setup.batch_fraction * desc.n / desc.num_blocks,
         gram_max=gram_max_eigenvalue(source, desc, intercept=model.fit_intercept),
@@ -446,6 +457,7 @@ class LBFGSFamily:
     needs_every_block = True  # a round without a block is evaluated again: with one given up,
     # every round would be, until the budget
     weighs_blocks = False  # synchronous rounds only
+    reads_curvature = False  # its steps come from the line search
 
     def weighted(self, message: LBFGSMessage, weight: float) -> LBFGSMessage:
         raise TypeError("L-BFGS runs synchronous rounds: no block is weighted")
@@ -522,6 +534,12 @@ def _rows() -> dict[str, Method]:
 
 #: Every linear method by name.
 METHODS: dict[str, Method] = _rows()
+
+
+def reads_curvature(name: str) -> bool:
+    """Whether method ``name`` (``auto`` resolved) may need the rows' curvature
+    (:attr:`Family.reads_curvature`)."""
+    return method(name).family.reads_curvature
 
 
 def method(name: str) -> Method:

@@ -51,7 +51,10 @@ SMOKES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     ),
     "transport_race.py": (("resident_vs_jobs_updates_asaga",), ("spark",)),
     "saga_tables.py": (("held_tables_vs_shipped_rows_updates",), ("spark",)),
-    "fit_race.py": (("async_fit_vs_lbfgs_fit_seconds",), ("spark", "sklearn")),
+    "fit_race.py": (
+        ("async_linear_fit_vs_mllib_fit_seconds", "async_fit_vs_lbfgs_fit_seconds"),
+        ("spark", "sklearn"),
+    ),
     "peers.py": (
         ("ours_default_vs_lbfgs_min", "ours_default_vs_best_grid_max"),
         ("spark", "sklearn"),

@@ -224,3 +224,38 @@ def test_a_run_on_a_frame_refuses_resume_and_other_transports(spark, cancer_df):
         train_linear(cfg, spark=spark, dataset=cancer_df, transport=LocalTransport())
     with pytest.raises(ConfigError, match="on its own session"):
         train_linear(cfg, dataset=cancer_df)
+
+
+def test_without_measuring_its_rows_a_frame_trains_lbfgs_and_refuses_the_automatic_steps(
+    spark, cancer_df
+):
+    """open_frame(measure_rows=False) skips the job that measures the rows as trained (what a
+    default fit does: L-BFGS reads no curvature). Its descriptor says so (None, not a number a
+    step could be computed from); L-BFGS on it ends at the model it reaches on the measured
+    frame, bit for bit; a method whose automatic step needs the rows' norms is refused with the
+    reason instead of getting a step from a missing norm."""
+    kwargs = dict(partitions=2, standardize=True, loss="logistic", dense=True)
+    bare = open_frame(cancer_df, measure_rows=False, **kwargs)
+    measured = open_frame(cancer_df, **kwargs)
+    try:
+        desc, full = bare[1], measured[1]
+        assert desc.max_row_norm_sq is None and desc.gram_max is None
+        assert full.max_row_norm_sq > 0 and full.gram_max is not None
+        assert (desc.n, desc.d, desc.rows_per_block, desc.classes) == (
+            full.n,
+            full.d,
+            full.rows_per_block,
+            full.classes,
+        )
+        cfg = TrainConfig(method="lbfgs", partitions=2, l2=1e-2, max_updates=30, quiet=True)
+        a = train_linear(cfg, dataset=bare, spark=spark)
+        b = train_linear(cfg, dataset=measured, spark=spark)
+        assert a.updates == b.updates > 5
+        np.testing.assert_array_equal(a.theta, b.theta)
+        for method in ("asaga", "ag"):
+            cfg = TrainConfig(method=method, partitions=2, max_updates=5, quiet=True)
+            with pytest.raises(RuntimeError, match="did not measure|was not measured"):
+                train_linear(cfg, dataset=bare, spark=spark)
+    finally:
+        release(bare[0])
+        release(measured[0])

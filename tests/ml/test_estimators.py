@@ -425,6 +425,48 @@ def test_bad_combinations_and_data_are_refused(assembled, spark):
         AsyncLogisticRegression(family="binomial").fit(three)
 
 
+def test_a_resident_fit_checks_its_labels_with_the_first_pass_over_the_partitions(assembled, spark):
+    """On the resident transport the fit runs no aggregation of its own: the label checks and
+    the blocks' layout use the statistics of the frame's first pass (open_frame's on_scan). They
+    must be the statistics the job transport's aggregation (label_stats) finds; a partition that
+    dropped its label range, its fractional labels or its nonzeros from the merge would differ.
+    Then what only this path does: fewer rows than numPartitions (empty partitions are no blocks),
+    and the refusals, named as before."""
+    from pyspark.sql import functions as F
+
+    from async_spark.data.frame import open_frame, release
+    from async_spark.ml._fit import LabelStats, label_stats
+
+    train, _ = assembled
+    odd = train.withColumn(
+        "label", F.col("label") * 3 - 1 + F.when(F.col("f0") > 17, 0.5).otherwise(0.0)
+    )
+    seen = []
+    source, _ = open_frame(odd, partitions=3, on_scan=lambda scan: seen.append(scan))
+    release(source)
+    from_scan = LabelStats.from_scan(seen[0], None)
+    assert from_scan == label_stats(odd, "features", "label")
+    assert from_scan.min == -1.0 and from_scan.max == 2.0 and from_scan.non_integer > 0
+
+    three = spark.createDataFrame(
+        [
+            (Vectors.dense([1.0, 2.0]), 3.0),
+            (Vectors.dense([2.0, 0.5]), 1.0),
+            (Vectors.dense([0.0, 1.0]), 2.0),
+        ],
+        ["features", "label"],
+    )
+    fit = AsyncLinearRegression(numPartitions=8, tol=1e-10).fit(three)
+    X = np.array([[1.0, 2.0, 1.0], [2.0, 0.5, 1.0], [0.0, 1.0, 1.0]])
+    exact = np.linalg.solve(X, [3.0, 1.0, 2.0])  # 3 rows, 2 features and an intercept
+    np.testing.assert_allclose(fit.coefficients.toArray(), exact[:2], atol=1e-5)
+    assert fit.intercept == pytest.approx(exact[2], abs=1e-5)
+    with pytest.raises(ValueError, match="fit: the DataFrame has no rows"):
+        AsyncLinearRegression().fit(three.limit(0))
+    with pytest.raises(ValueError, match=r"has negative \(-1\) values"):
+        AsyncLogisticRegression().fit(train.withColumn("label", F.col("label") - 1))
+
+
 def test_a_full_gradient_fit_is_the_same_on_both_transports(assembled):
     """transport is a Param. Resident tasks (the default) train on the DataFrame's own
     partitions (repartitioned round-robin), one job per task on a staged Parquet copy cut into

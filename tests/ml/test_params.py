@@ -293,3 +293,23 @@ def test_train_config_from_params():
 def test_a_wrong_type_is_a_type_error_naming_the_param(param, value):
     with pytest.raises(TypeError, match=f'param "{param}"'):
         AsyncLogisticRegression(**{param: value})
+
+
+@pytest.mark.parametrize(
+    ("params", "reads"),
+    [
+        ({}, False),  # auto -> lbfgs: its line search reads no curvature
+        ({"method": "lbfgs"}, False),
+        ({"stepSize": 0.1}, True),  # auto -> asaga (a stochastic option was given)
+        ({"method": "asaga"}, True),
+        ({"method": "ag"}, True),
+        ({"method": "sgd", "stepSize": 0.5}, True),  # the safeguard may still need it
+    ],
+)
+def test_a_fit_measures_the_rows_curvature_only_for_a_method_that_reads_it(params, reads):
+    """The job that measures the rows as trained runs only when the fit's method (``auto``
+    resolved as the run resolves it) reads the curvature."""
+    from async_spark.ml._fit import _reads_curvature
+
+    for cls in (AsyncLogisticRegression, AsyncLinearRegression):
+        assert _reads_curvature(cls(**params)) is reads
