@@ -86,6 +86,7 @@ __all__ = [
     "objective",
     "full_gradient",
     "optimality_norm",
+    "smooth_optimality_norm",
     "max_squared_row_norm",
     "sample_smoothness",
     "take_rows",
@@ -534,7 +535,18 @@ def optimality_norm(
     g = np.asarray(data_gradient, dtype=np.float64).reshape(-1)
     if g.shape != theta.shape:
         raise ValueError(f"data_gradient must have {theta.size} entries, got {g.size}")
-    g = g + penalty_gradient(model, theta)
+    return smooth_optimality_norm(model, theta, g + penalty_gradient(model, theta), order)
+
+
+def smooth_optimality_norm(
+    model: LinearModel, theta: np.ndarray, smooth_gradient: np.ndarray, order: float = 2
+) -> float:
+    r""":func:`optimality_norm` from the smooth part's whole gradient (the data part and the
+    :math:`\ell_2` penalty's, as L-BFGS keeps it) instead of the data part alone."""
+    theta = _check_theta(model, theta)
+    g = np.asarray(smooth_gradient, dtype=np.float64).reshape(-1)
+    if g.shape != theta.shape:
+        raise ValueError(f"smooth_gradient must have {theta.size} entries, got {g.size}")
     if model.l1 != 0.0:
         m = model.outputs * model.num_features
         W = theta[:m].reshape(model.outputs, model.num_features)

@@ -53,7 +53,16 @@ from .choice import AUTO
 from .config import TrainConfig
 from .evaluate import Evaluator, WorkerEvaluator
 from .loop import BlockShares, Current, Limits, LoopEnd, Messages, run_updates
-from .methods import Dispatch, Method, Problem, Setup, StepChoice, method, reads_curvature
+from .methods import (
+    Dispatch,
+    Family,
+    Method,
+    Problem,
+    Setup,
+    StepChoice,
+    method,
+    reads_curvature,
+)
 from .recording import Recorder, RunRecord
 from .safeguard import StepSafeguard
 from .validation import ConfigError
@@ -505,11 +514,12 @@ def _recorder(
     problem: Problem,
     theta: np.ndarray,
     resume: Checkpoint | None,
-    now: float,
-    engine: Any = None,
+    engine: Any,
+    family: Family,
 ) -> Recorder:
     return Recorder(
         _evaluator(spark, problem, engine),
+        exact_values=family.exact_values,
         eval_every=config.eval_every,
         initial_theta=theta,
         target_objective=config.target_objective,
@@ -518,7 +528,7 @@ def _recorder(
         checkpoint_seconds=config.checkpoint_seconds,
         trace=None if resume is None else resume.trace,
         snapshots=None if resume is None else resume.snapshots,
-        now=now,
+        now=engine.elapsed(),
     )
 
 
@@ -643,7 +653,7 @@ def train_linear(
     if engine_factory is None:
         chosen = transport if transport is not None else _transport(spark, config, source)
     engine = task_args.engine = make_engine(chosen)
-    recorder = _recorder(config, spark, problem, current.theta, resume, engine.elapsed(), engine)
+    recorder = _recorder(config, spark, problem, current.theta, resume, engine, family)
     updates = 0 if resume is None else resume.updates
     bar = _progress_bar(config, run_name, updates, engine.elapsed(), progress)
     try:

@@ -242,7 +242,8 @@ def run_updates(
         updates += 1
         now = engine.elapsed()
         block = None if messages.synchronous else result.block
-        recorder.update(now, engine.version, msg.staleness, block, family.iterate(theta, state))
+        iterate, exact = family.iterate(theta, state), family.exact(theta, state)
+        recorder.update(now, engine.version, msg.staleness, block, iterate, exact)
         if on_update is not None:
             on_update(updates, now)
         if recorder.checkpoint_due(updates, now):

@@ -47,6 +47,7 @@ from async_spark.optim.steps import asynchronous_step, auto_step, make_step_rule
 
 from .curvature import gram_max_eigenvalue
 from .momentum import MOMENTUM_RULES, MomentumLinear, momentum_step, raised_momentum
+from .recording import Exact
 from .worker import LinearTask, TaskArgs
 
 __all__ = [
@@ -147,6 +148,9 @@ class Family(Protocol):
     #: (``max_row_norm_sq``, ``gram_max``): a DataFrame's partitions measure it in one more job
     #: only for these (:func:`reads_curvature`)
     reads_curvature: bool
+    #: whether :meth:`exact` gives the iterate's objective and gradient (the run then evaluates
+    #: no snapshot of its own: see .recording.Recorder)
+    exact_values: bool
 
     def choose_step(self, problem: Problem, setup: Setup) -> StepChoice: ...
 
@@ -175,6 +179,11 @@ class Family(Protocol):
         """Whether the rule has nothing left to do (the run stops, ``stopped_by="converged"``)."""
         ...
 
+    def exact(self, params: np.ndarray, state: Any) -> Exact | None:
+        """The objective and the smooth part's gradient at ``iterate(params, state)`` when the
+        rule computed them over every row (L-BFGS's rounds), else None."""
+        ...
+
 
 class _RunsToTheBudget:
     """Families without a stopping test of their own and with no line search."""
@@ -183,6 +192,10 @@ class _RunsToTheBudget:
     needs_every_block = False
     weighs_blocks = False
     reads_curvature = True
+    exact_values = False
+
+    def exact(self, params: np.ndarray, state: Any) -> Exact | None:
+        return None  # sampled gradients: a snapshot's objective is evaluated apart
 
     def weighted(self, message: Any, weight: float) -> Any:
         raise TypeError(f"{type(self).__name__} does not weigh its blocks' results")
@@ -458,6 +471,11 @@ class LBFGSFamily:
     # every round would be, until the budget
     weighs_blocks = False  # synchronous rounds only
     reads_curvature = False  # its steps come from the line search
+    exact_values = True
+
+    def exact(self, params: np.ndarray, state: LBFGSState) -> Exact | None:
+        # F and its gradient at the accepted point, from the round that evaluated it
+        return Exact(float(state.f), state.g) if state.evaluations else None
 
     def weighted(self, message: LBFGSMessage, weight: float) -> LBFGSMessage:
         raise TypeError("L-BFGS runs synchronous rounds: no block is weighted")

@@ -15,15 +15,16 @@ import queue
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, overload
+from typing import Any, NamedTuple, overload
 
 import numpy as np
 
 from async_spark.engine.columns import Columns
+from async_spark.models.linear import smooth_optimality_norm
 
 from .evaluate import EvaluationUnavailable, Evaluator, WorkerEvaluator
 
-__all__ = ["Recorder", "RunRecord", "SnapshotEvaluator", "TraceView", "tolerance_met"]
+__all__ = ["Exact", "Recorder", "RunRecord", "SnapshotEvaluator", "TraceView", "tolerance_met"]
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,14 @@ def tolerance_met(objective: float, gradient_max: float, tol: float) -> bool:
     subgradient of the run's objective :math:`F` (its gradient without :math:`\ell_1`).
     Never met by a NaN (a norm not collected) or where ``tol`` is 0."""
     return tol > 0 and gradient_max <= tol * abs(objective)
+
+
+class Exact(NamedTuple):
+    """An iterate's objective and the smooth part's gradient (with the l2 penalty's), as a rule
+    that computed them over every row holds them (:meth:`~.methods.Family.exact`)."""
+
+    objective: float
+    gradient: np.ndarray
 
 
 class SnapshotEvaluator:
@@ -225,6 +234,11 @@ class Recorder:
         A checkpoint is due every so many updates, or seconds of training.
     trace, snapshots : optional
         A resumed run's records so far.
+    exact_values : bool
+        The run's rule gives each iterate's objective and gradient (:class:`Exact`, passed to
+        :meth:`update` and :meth:`finish`): the target and the convergence test are checked on
+        them after every update, a snapshot whose value is known is not evaluated again, and a
+        run whose snapshots are all known needs no evaluation job.
     """
 
     def __init__(
@@ -240,9 +254,16 @@ class Recorder:
         trace: list[dict[str, Any]] | None = None,
         snapshots: list[tuple[float, int, np.ndarray]] | None = None,
         now: float = 0.0,
+        exact_values: bool = False,
     ) -> None:
         self.evaluator = evaluator
         self.target = target_objective
+        self.tol = tol or None
+        self.exact_values = exact_values
+        self._known: dict[int, Exact] = {}  # by snapshot version
+        self._exact: tuple[np.ndarray, Exact] | None = None  # the latest iterate's, and it
+        self._reason: str | None = None  # target or tolerance met on an exact value
+        self._passed: tuple[int, float, float, float] | None = None
         # one record per update (and rejected result), column-wise: a long run's trace in
         # 41 bytes a record rather than a dict's ~300
         self._trace = Columns(_TRACE_KINDS, (_row_of(r) for r in trace or ()))
@@ -255,8 +276,11 @@ class Recorder:
         self.checkpoint_seconds = checkpoint_seconds
         self.last_checkpoint = now
         target = None if target_objective is None else float(target_objective)
+        testing = target is not None or bool(tol)
         self.side = (
-            SnapshotEvaluator(evaluator, target, tol or None) if target is not None or tol else None
+            SnapshotEvaluator(evaluator, target, tol or None)
+            if testing and not exact_values
+            else None
         )
 
     @property
@@ -269,13 +293,52 @@ class Recorder:
         return self.checkpoint_every is not None or self.checkpoint_seconds is not None
 
     def update(
-        self, now: float, version: int, staleness: int, block: int | None, model: np.ndarray
+        self,
+        now: float,
+        version: int,
+        staleness: int,
+        block: int | None,
+        model: np.ndarray,
+        exact: Exact | None = None,
     ) -> None:
-        """One applied update; ``model`` is the iterate to snapshot when one is due."""
+        """One applied update; ``model`` is the iterate to snapshot when one is due, ``exact``
+        its objective and gradient when the rule knows them (``exact_values``)."""
         self._trace.append(_row(round(now, 6), version, int(staleness), block, None))
-        if now < self.next_snapshot:
+        met = False
+        if exact is not None:
+            if self._exact is None:  # the first known value: the start's, once evaluated
+                start_version, start = self.snapshots[0][1:]
+                if start_version not in self._known and np.array_equal(start, model):
+                    self._known[start_version] = exact
+            self._exact = (model, exact)
+            met = self._test_exact(version, now, model, exact)
+        if now < self.next_snapshot and not met:
             return
+        self._take(now, version, model, exact)
+
+    def _test_exact(self, version: int, now: float, model: np.ndarray, exact: Exact) -> bool:
+        """The target and the convergence test on a known value (the side evaluator's tests,
+        without its evaluation); True when one is met (the run stops there)."""
+        if self._reason is not None:
+            return False
+        if self.target is not None and exact.objective <= self.target:
+            self._reason = "target_objective"
+        elif self.tol:
+            norm = self.gradient_norm(model, exact)
+            if tolerance_met(exact.objective, norm, self.tol):
+                self._reason = "tolerance"
+                self._passed = (version, now, exact.objective, norm)
+        return self._reason is not None
+
+    def gradient_norm(self, model: np.ndarray, exact: Exact, order: float = math.inf) -> float:
+        """The optimality norm of a known gradient, as the evaluator's (the test's: the largest
+        entry; the summary's: ``order`` 2)."""
+        return smooth_optimality_norm(self.evaluator.model, model, exact.gradient, order)
+
+    def _take(self, now: float, version: int, model: np.ndarray, exact: Exact | None) -> None:
         self.snapshots.append((now, version, np.array(model)))
+        if exact is not None:
+            self._known[version] = exact
         if self.side is not None:
             self.side.submit(version, now, self.snapshots[-1][2])
         if len(self.snapshots) > MAX_SNAPSHOTS:
@@ -303,7 +366,10 @@ class Recorder:
 
     def stop_reason(self) -> str | None:
         """``"target_objective"`` or ``"tolerance"`` once the side evaluator saw a snapshot
-        that stops the run, else None (re-raises its error)."""
+        that stops the run (or an update's known value did), else None (re-raises the side
+        evaluator's error)."""
+        if self._reason is not None:
+            return self._reason
         if self.side is None or not self.side.reached.is_set():
             return None
         if self.side.error is not None:
@@ -337,19 +403,31 @@ class Recorder:
         self._trace.extend(_row_of(r) for r in self.rejected_records(trajectory))
 
     def finish(self, wall: float, version: int, model: np.ndarray) -> RunRecord:
-        """Off the clock: the last snapshot, every objective in one job, the trace completed."""
+        """Off the clock: the last snapshot, every objective not known yet in one job (none
+        when all are), the trace completed."""
         snapshots = self.snapshots
         if not snapshots or snapshots[-1][1] != version:
             snapshots.append((wall, version, np.array(model)))
+            if self._exact is not None and np.array_equal(self._exact[0], model):
+                self._known[version] = self._exact[1]  # the last update's iterate: the model
         seen = {} if self.side is None else dict(self.side.values)  # by version
+        seen.update((v, e.objective) for v, e in self._known.items())
         values = {i: seen[v] for i, (_, v, _) in enumerate(snapshots) if v in seen}
         last = len(snapshots) - 1
-        # the first and the last snapshot always join the job: their gradients come with it
-        todo = sorted({0, last} | {i for i in range(len(snapshots)) if i not in values})
-        objs, norms = self.evaluator.evaluate(
-            np.stack([snapshots[i][2] for i in todo]), gradients=(0, len(todo) - 1)
+        ends = {0: self._known.get(snapshots[0][1]), last: self._known.get(snapshots[last][1])}
+        grads = {i: self.gradient_norm(snapshots[i][2], e, 2) for i, e in ends.items() if e}
+        # the first and the last snapshot join the job unless their gradients are known: their
+        # gradients come with it
+        todo = sorted(
+            {i for i in ends if i not in grads} | set(range(len(snapshots))) - set(values)
         )
-        values.update((i, float(v)) for i, v in zip(todo, objs, strict=True) if i not in values)
+        if todo:
+            wanted = [j for j, i in enumerate(todo) if i in ends and i not in grads]
+            objs, norms = self.evaluator.evaluate(
+                np.stack([snapshots[i][2] for i in todo]), gradients=wanted
+            )
+            values.update((i, float(v)) for i, v in zip(todo, objs, strict=True) if i not in values)
+            grads.update((todo[j], float(n)) for j, n in zip(wanted, norms, strict=True))
         by_version = {snapshots[i][1]: values[i] for i in range(len(snapshots))}
         rows = sorted(self._trace, key=lambda r: (r[0], r[1]))  # stable: ties keep their order
         finished = Columns(_TRACE_KINDS, [_row(0.0, 0, 0, None, values[0])])
@@ -368,8 +446,8 @@ class Recorder:
             snapshots=[(s, v, values[i]) for i, (s, v, _) in enumerate(snapshots)],
             final_objective=values[last],
             time_to_target=time_to_target,
-            start_gradient_norm=_known(norms[0]),
-            gradient_norm=_known(norms[-1]),
+            start_gradient_norm=_known(grads[0]),
+            gradient_norm=_known(grads[last]),
             tolerance=self._tolerance(),
         )
 
@@ -377,19 +455,20 @@ class Recorder:
         """The convergence test's record: its ``tol`` and the snapshot that passed it (None
         when none did)."""
         side = self.side
-        if side is None or not side.tol:
+        if not self.tol:
             return None
         passed = None
-        if side.passed is not None:
-            version, seconds, objective, gradient_max = side.passed
+        found = self._passed if side is None else side.passed
+        if found is not None:
+            version, seconds, objective, gradient_max = found
             passed = {
                 "seconds": seconds,
                 "version": version,
                 "objective": objective,
                 "gradient_max": gradient_max,
             }
-        out: dict[str, Any] = {"tol": side.tol, "passed": passed}
-        if side.failed is not None:
+        out: dict[str, Any] = {"tol": self.tol, "passed": passed}
+        if side is not None and side.failed is not None:
             out["failed"] = side.failed
         return out
 

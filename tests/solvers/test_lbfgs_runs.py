@@ -89,6 +89,38 @@ def test_the_run_is_the_pure_rule_and_stops_at_scipys_optimum(cancer):
     assert "step_safeguard" not in run.summary() or not run.summary()["step_safeguard"]
 
 
+@pytest.mark.parametrize("l1", [0.0, 1e-2])
+def test_the_snapshots_objectives_are_the_runs_own_values_and_no_evaluation_job_runs(
+    cancer, monkeypatch, l1
+):
+    """L-BFGS evaluates F and its gradient over every row at each point it accepts, so the run's
+    trace, final objective and optimality norms are those values, with no evaluation job: each
+    must equal F and the norm recomputed at the pure rule's iterate of that version (a value
+    paired with the wrong iterate, or the l1 term dropped, would not)."""
+    from async_spark.models.linear import smooth_optimality_norm
+    from async_spark.solvers import evaluate
+
+    asked = []
+    monkeypatch.setattr(
+        evaluate.Evaluator, "evaluate", lambda self, *a, **k: asked.append(a) or (None, None)
+    )
+    source, desc = cancer
+    run = train_linear(_cfg(eval_every=1e-9, max_updates=15, l1=l1, tol=1e-12), dataset=cancer)
+    assert asked == [] and run.updates == 15
+    blocks = [source.load(p) for p in range(desc.num_blocks)]
+    model = LinearModel("logistic", desc.d, l2=L2, l1=l1)
+    known = [r for r in run.trace if r["objective"] is not None]
+    assert [r["version"] for r in known] == list(range(16))  # a snapshot at every update
+    for r in known:
+        x = _reference(model, blocks, r["version"]).x if r["version"] else init_params(model)
+        assert r["objective"] == pytest.approx(objective(model, x, blocks), rel=1e-13)
+    assert run.final_objective == known[-1]["objective"]
+    start, end = init_params(model), run.theta
+    for norm, theta in ((run.start_gradient_norm, start), (run.gradient_norm, end)):
+        expect = smooth_optimality_norm(model, theta, full_gradient(model, theta, blocks))
+        assert norm == pytest.approx(expect, rel=1e-9)
+
+
 def test_with_l1_the_run_is_owlqn_and_stops_at_a_sparse_optimum(cancer):
     source, desc = cancer
     run = train_linear(_cfg(l1=1e-2, max_updates=400), dataset=cancer)

@@ -6,6 +6,7 @@ import math
 import time
 
 import numpy as np
+import pytest
 
 from async_spark.solvers.recording import Recorder, TraceView
 
@@ -190,3 +191,88 @@ def test_snapshots_decimate_with_a_side_evaluator_and_keep_its_values():
     expected = {0: 1.0, 10**6: 2.0}  # zeros at the start; [0, 1] at the end
     for _, version, value in record.snapshots:
         assert value == expected.get(version, version + 2.0), version  # the model [k, 1]
+
+
+class _NoJob(_SumEvaluator):
+    """An evaluator for a rule that knows its values: the model the norms are taken under, and
+    an evaluation job that records what it was asked (it must not be asked for known values)."""
+
+    def __init__(self):
+        from async_spark.models.linear import LinearModel
+
+        self.model = LinearModel(loss="squares", num_features=1, fit_intercept=True)
+        self.asked = []
+
+    def evaluate(self, thetas, gradients=()):
+        self.asked.append((np.array(thetas), tuple(gradients)))
+        return super().evaluate(thetas, gradients)
+
+
+def test_a_rule_that_knows_its_values_needs_no_evaluation_job():
+    """L-BFGS computes F and its gradient at every accepted point over every row: the recorder
+    takes them (Exact) for its snapshots, the start's included once the first round evaluated
+    it, and for the model returned; with all known, finish asks the evaluator nothing, and the
+    norms are the known gradients' (2-norm in the record, as the evaluator's)."""
+    from async_spark.solvers.recording import Exact
+
+    ev = _NoJob()
+    start = np.array([1.0, 0.0])
+    rec = Recorder(ev, eval_every=1.0, initial_theta=start, exact_values=True)
+    assert rec.side is None
+    rec.update(0.5, 1, 0, None, start, Exact(7.0, np.array([3.0, -4.0])))  # the start evaluated
+    rec.update(1.5, 2, 0, None, np.array([2.0, 0.0]), Exact(5.0, np.array([1.0, 0.0])))
+    final = np.array([2.5, 0.5])
+    rec.update(1.8, 3, 0, None, final, Exact(4.0, np.array([0.0, 0.1])))
+    done = rec.finish(2.0, 3, final)
+    assert ev.asked == []
+    assert [(v, f) for _, v, f in done.snapshots] == [(0, 7.0), (2, 5.0), (3, 4.0)]
+    assert done.final_objective == 4.0
+    assert done.start_gradient_norm == 5.0 and done.gradient_norm == pytest.approx(0.1)
+    assert [r["objective"] for r in done.trace] == [7.0, None, 5.0, 4.0]
+
+
+def test_unknown_values_alone_go_to_the_evaluation_job():
+    """A snapshot whose value the rule did not give (None: e.g. before its first round, or a
+    resumed run's older snapshots) is evaluated, alone, with its gradient only if it is the first
+    or the last; a final model other than the last known iterate is evaluated too."""
+    from async_spark.solvers.recording import Exact
+
+    ev = _NoJob()
+    rec = Recorder(ev, eval_every=1.0, initial_theta=np.zeros(2), exact_values=True)
+    rec.update(1.2, 1, 0, None, np.array([1.0, 1.0]), None)  # a snapshot, value unknown
+    rec.update(2.4, 2, 0, None, np.array([2.0, 0.0]), Exact(9.0, np.array([0.0, 0.0])))
+    done = rec.finish(3.0, 3, np.array([5.0, 0.0]))  # not the iterate of the last update
+    ((thetas, positions),) = ev.asked
+    np.testing.assert_array_equal(thetas, [[0.0, 0.0], [1.0, 1.0], [5.0, 0.0]])
+    assert positions == (0, 2)  # the start's and the model's gradients; not the middle one's
+    assert [f for _, _, f in done.snapshots] == [0.0, 2.0, 9.0, 5.0]
+    assert done.start_gradient_norm == 0.0 and done.gradient_norm == 5.0
+
+
+def test_a_known_value_that_passes_the_test_stops_the_run_at_that_update():
+    """With known values the target and the convergence test need no side evaluation: checked
+    at every update (not only at snapshots), and the update that passes becomes a snapshot."""
+    from async_spark.solvers.recording import Exact
+
+    ev = _NoJob()
+    rec = Recorder(ev, eval_every=10.0, initial_theta=np.zeros(2), tol=1e-3, exact_values=True)
+    rec.update(0.1, 1, 0, None, np.zeros(2), Exact(2.0, np.array([0.5, 0.0])))
+    assert rec.stop_reason() is None
+    rec.update(0.2, 2, 0, None, np.ones(2), Exact(1.0, np.array([-5e-4, 2e-4])))
+    assert rec.stop_reason() == "tolerance"
+    done = rec.finish(0.3, 2, np.ones(2))
+    assert done.tolerance == {
+        "tol": 1e-3,
+        "passed": {"seconds": 0.2, "version": 2, "objective": 1.0, "gradient_max": 5e-4},
+    }
+    assert [(s, v, f) for s, v, f in done.snapshots] == [(0.0, 0, 2.0), (0.2, 2, 1.0)]
+    assert ev.asked == []
+    target = Recorder(
+        _NoJob(),
+        eval_every=10.0,
+        initial_theta=np.zeros(2),
+        target_objective=1.5,
+        exact_values=True,
+    )
+    target.update(0.1, 1, 0, None, np.ones(2), Exact(1.4, np.zeros(2)))
+    assert target.stop_reason() == "target_objective"
