@@ -269,3 +269,22 @@ def test_only_a_python_worker_failure_ends_the_probe_early():
     lost = "ExecutorLostFailure (executor 1 exited caused by one of the running tasks)"
     assert not python_worker_failed(lost)
     assert not python_worker_failed("TaskKilled (Stage cancelled)")
+
+
+def test_telling_a_classic_session_from_a_connect_one_does_not_load_the_connect_client(spark):
+    """is_connect runs before every fit; importing pyspark's Connect client to answer it cost a
+    classic session's first fit 0.35 s (over a second from a cold disk). A fresh process that
+    imports the package and asks about a classic session must not load it; the Connect side is
+    tests/connect's (is_connect(connect) is True there)."""
+    from async_spark.engine.connect import is_connect
+
+    assert not is_connect(spark) and not is_connect(None)
+    code = (
+        "import sys\n"
+        "import async_spark.ml, async_spark.solvers, async_spark.cli\n"
+        "from async_spark.engine.connect import is_connect\n"
+        "assert not is_connect(object())\n"
+        "print('pyspark.sql.connect.session' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stderr
