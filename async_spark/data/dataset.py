@@ -328,9 +328,10 @@ def describe_scanned(
     """The tail of :func:`open_dataset`, shared by every kind of source once it is scanned: map
     the labels for ``loss``, check that the model fits, standardize (the column scales from the
     scan's moments; ``rescan`` measures the standardized rows' norms; None measures nothing:
-    ``max_row_norm_sq`` is then None) and describe the result. Standardized sparse columns are centered implicitly (``TransformedSource.center``) unless
-    ``implicit_center`` is False (a rescan that measures the rows uncentered); with ``center``
-    False no column is centered (dense ones neither: a model without an intercept)."""
+    ``max_row_norm_sq`` is then None) and describe the result. Standardized sparse columns are
+    centered implicitly (``TransformedSource.center``) unless ``implicit_center`` is False (a
+    rescan that measures the rows uncentered); with ``center`` False no column is centered (dense
+    ones neither: a model without an intercept)."""
     final_sparse = sparse
     loss = resolve_loss(loss, scan.labels, where)
     classes = label_mapping(loss, scan.labels, where)

@@ -45,7 +45,6 @@ from async_spark.data.frame import open_frame, release
 from async_spark.data.transform import MAX_CLASSES, ScanResult
 from async_spark.engine.connect import default_parallelism, is_connect
 from async_spark.engine.session import check_executors
-from async_spark.solvers.choice import AUTO, choose_method
 from async_spark.solvers.config import ConfigError, TrainConfig
 from async_spark.solvers.linear import TrainResult, train_linear
 from async_spark.solvers.methods import reads_curvature
@@ -261,12 +260,11 @@ def _open_partitions(
 def _reads_curvature(params: _AsyncLinearParams) -> bool:
     """Whether the fit's method (``auto`` resolved as the run will) may read the rows' measured
     curvature: L-BFGS, the default, does not, so its fit skips the job that measures it."""
-    config = _train_config(params, "auto", 1, "")
     try:
-        name = choose_method(config).method if config.method == AUTO else config.method
-        return reads_curvature(name)
+        name = _train_config(params, "auto", 1, "").validate().method  # auto resolved there
     except (ConfigError, ValueError):
         return True  # a bad combination: the run refuses it, with its own message
+    return reads_curvature(name)
 
 
 def _open_staged(
